@@ -1,0 +1,24 @@
+// Package sandbox starts and stops a local multi-node PostgreSQL cluster on
+// loopback, for the demo, end-to-end tests and benchmarks.
+//
+// Contract:
+//
+//   - Servers come from the local PostgreSQL binaries: Config.BinDir, else
+//     $PG_BINDIR, else `pg_config --bindir`, else /usr/lib/postgresql/<v>/bin.
+//     When none is found Up returns ErrNoBinaries with the package to install.
+//   - Run as root, every server runs as the unprivileged `postgres` OS user
+//     (PostgreSQL refuses to run as root); data directories are chowned to it.
+//   - Every node listens on 127.0.0.1 only, trusts loopback connections for
+//     user "postgres", and has wal_level = logical, at least 32 replication
+//     slots and WAL senders, and 32 prepared transactions. Durability is traded
+//     for speed (fsync = off): a sandbox is for tests and demos, never for data
+//     that must survive a machine crash.
+//   - Node 0 is the coordinator, nodes 1..N are workers. Ports are BasePort,
+//     BasePort+1, ... or, with BasePort = 0, free ports picked at start.
+//   - The layout is persisted in <Dir>/sandbox.json so that every command (and
+//     every process) sees the same cluster. Up is idempotent: it starts what is
+//     stopped, removes a stale postmaster.pid left by a crash and never
+//     re-initialises an existing data directory.
+//   - The sandbox knows nothing of shardmover's catalogs: registering nodes is
+//     the caller's job (package metadata).
+package sandbox

@@ -1,0 +1,404 @@
+package metadata
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// DistributeOptions describes a create_distributed_table call.
+type DistributeOptions struct {
+	// Table is "name" or "schema.name"; it must exist on the coordinator and be empty.
+	Table string
+	// Column is the distribution column.
+	Column string
+	// ShardCount is the number of shards (Citus's default is 32). Zero with
+	// ColocateWith takes the other table's count.
+	ShardCount int
+	// ColocateWith is "" (colocate with an existing group of the same shard
+	// count and column type, as Citus's 'default' does), "none" (a new
+	// group), or the name of a distributed table.
+	ColocateWith string
+}
+
+// TableDDL is what it takes to create a copy of a table under another name.
+type TableDDL struct {
+	// Columns are column definitions (name, type, default, NOT NULL).
+	Columns []string
+	// Constraints are PRIMARY KEY, UNIQUE and CHECK constraints.
+	Constraints []ConstraintDef
+	// Indexes are CREATE INDEX statements for indexes that no constraint
+	// owns, with %s where the target table's name goes and %s for the suffix.
+	Indexes []IndexDef
+}
+
+// ConstraintDef is one table constraint.
+type ConstraintDef struct {
+	Name string
+	Def  string // pg_get_constraintdef: "PRIMARY KEY (a, b)"
+}
+
+// IndexDef is one secondary index.
+type IndexDef struct {
+	Name   string // index name on the source table
+	Unique bool
+	Body   string // everything from USING on: "USING btree (a, b) WHERE ..."
+}
+
+// CreateStatement renders CREATE TABLE for target. Constraint names get the
+// suffix (names are unique per schema, and a node holds many shards).
+func (d TableDDL) CreateStatement(target pgx.Identifier, suffix string) string {
+	parts := append([]string(nil), d.Columns...)
+	for _, c := range d.Constraints {
+		parts = append(parts, "CONSTRAINT "+pgx.Identifier{truncateIdent(c.Name + "_" + suffix)}.Sanitize()+" "+c.Def)
+	}
+	return "CREATE TABLE IF NOT EXISTS " + target.Sanitize() + " (\n\t" + strings.Join(parts, ",\n\t") + "\n)"
+}
+
+// IndexStatements renders the secondary indexes for target, named
+// <index>_<suffix> as Citus names shard indexes.
+func (d TableDDL) IndexStatements(target pgx.Identifier, suffix string) []string {
+	out := make([]string, 0, len(d.Indexes))
+	for _, ix := range d.Indexes {
+		u := ""
+		if ix.Unique {
+			u = "UNIQUE "
+		}
+		name := pgx.Identifier{truncateIdent(ix.Name + "_" + suffix)}.Sanitize()
+		out = append(out, "CREATE "+u+"INDEX IF NOT EXISTS "+name+" ON "+target.Sanitize()+" "+ix.Body)
+	}
+	return out
+}
+
+func truncateIdent(s string) string {
+	if len(s) > 63 {
+		return s[:63]
+	}
+	return s
+}
+
+// ReadTableDDL reads a table's definition from the server conn points to.
+// Column defaults that call nextval() are left out: the sequence lives on
+// the coordinator only. Foreign keys are not copied.
+func ReadTableDDL(ctx context.Context, conn querier, table string) (TableDDL, error) {
+	var d TableDDL
+	rows, err := conn.Query(ctx, `SELECT quote_ident(a.attname) || ' ' || format_type(a.atttypid, a.atttypmod)
+			|| CASE WHEN a.attcollation <> t.typcollation AND a.attcollation <> 0
+				THEN ' COLLATE ' || a.attcollation::regcollation::text ELSE '' END
+			|| CASE WHEN d.adbin IS NOT NULL AND pg_get_expr(d.adbin, d.adrelid) NOT LIKE 'nextval(%'
+				THEN ' DEFAULT ' || pg_get_expr(d.adbin, d.adrelid) ELSE '' END
+			|| CASE WHEN a.attnotnull THEN ' NOT NULL' ELSE '' END
+		FROM pg_attribute a
+		JOIN pg_type t ON t.oid = a.atttypid
+		LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+		WHERE a.attrelid = $1::regclass AND a.attnum > 0 AND NOT a.attisdropped
+		ORDER BY a.attnum`, table)
+	if err != nil {
+		return d, fmt.Errorf("read columns of %s: %w", table, err)
+	}
+	if d.Columns, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
+		return d, fmt.Errorf("read columns of %s: %w", table, err)
+	}
+	rows, err = conn.Query(ctx, `SELECT conname::text, pg_get_constraintdef(oid)
+		FROM pg_constraint WHERE conrelid = $1::regclass AND contype IN ('p', 'u', 'c')
+		ORDER BY contype DESC, conname`, table)
+	if err != nil {
+		return d, fmt.Errorf("read constraints of %s: %w", table, err)
+	}
+	if d.Constraints, err = pgx.CollectRows(rows, pgx.RowToStructByPos[ConstraintDef]); err != nil {
+		return d, fmt.Errorf("read constraints of %s: %w", table, err)
+	}
+	rows, err = conn.Query(ctx, `SELECT ic.relname, i.indisunique, pg_get_indexdef(i.indexrelid)
+		FROM pg_index i JOIN pg_class ic ON ic.oid = i.indexrelid
+		WHERE i.indrelid = $1::regclass
+		  AND NOT EXISTS (SELECT 1 FROM pg_constraint c WHERE c.conindid = i.indexrelid AND c.conrelid = i.indrelid)
+		ORDER BY ic.relname`, table)
+	if err != nil {
+		return d, fmt.Errorf("read indexes of %s: %w", table, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var ix IndexDef
+		var def string
+		if err := rows.Scan(&ix.Name, &ix.Unique, &def); err != nil {
+			return d, err
+		}
+		at := strings.Index(def, " USING ")
+		if at < 0 {
+			return d, fmt.Errorf("index %s of %s: unexpected definition %q", ix.Name, table, def)
+		}
+		ix.Body = def[at+1:]
+		d.Indexes = append(d.Indexes, ix)
+	}
+	return d, rows.Err()
+}
+
+// CreateDistributedTable distributes an existing, empty coordinator table by
+// hash on one column, like Citus's create_distributed_table: shard ids from
+// pg_dist_shardid_seq (102008 upward), ranges per HashRanges, placements
+// round-robin over active workers with shouldhaveshards (or following the
+// colocated table's placements), shard tables <table>_<shardid> created on
+// the workers with the table's columns, defaults, constraints and indexes.
+func (c *Catalog) CreateDistributedTable(ctx context.Context, opts DistributeOptions) (Table, error) {
+	if c.flavor == Citus {
+		return Table{}, fmt.Errorf("%w: this is a Citus cluster; distribute tables with SELECT create_distributed_table('%s', '%s')", ErrInvalid, opts.Table, opts.Column)
+	}
+	if err := c.requireInstalled(ctx); err != nil {
+		return Table{}, err
+	}
+	schema, rel := splitName(opts.Table)
+	qualified := pgx.Identifier{schema, rel}.Sanitize()
+	display := opts.Table
+
+	// Checks: nothing is created until every one passes.
+	var exists bool
+	if err := c.pool.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", qualified).Scan(&exists); err != nil {
+		return Table{}, err
+	}
+	if !exists {
+		return Table{}, fmt.Errorf("%w: table %s does not exist on the coordinator; create it there first (it stays as the empty parent of its shards)", ErrInvalid, display)
+	}
+	cl, err := c.Snapshot(ctx, SnapshotOptions{SkipSizes: true})
+	if err != nil {
+		return Table{}, err
+	}
+	if _, err := cl.Table(schema + "." + rel); err == nil {
+		return Table{}, fmt.Errorf("%w: table %s is already distributed", ErrInvalid, display)
+	}
+	var attnum int
+	var typ uint32
+	var typmod int32
+	var coll uint32
+	var typName string
+	err = c.pool.QueryRow(ctx, `SELECT attnum, atttypid, atttypmod, attcollation, format_type(atttypid, NULL)
+		FROM pg_attribute WHERE attrelid = $1::regclass AND attname = $2 AND attnum > 0 AND NOT attisdropped`,
+		qualified, opts.Column).Scan(&attnum, &typ, &typmod, &coll, &typName)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Table{}, fmt.Errorf("%w: table %s has no column %q to distribute on", ErrInvalid, display, opts.Column)
+	}
+	if err != nil {
+		return Table{}, err
+	}
+	if _, err := HashValue(typName, sampleOf(typName)); err != nil {
+		return Table{}, err
+	}
+	var hasRows bool
+	if err := c.pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM "+qualified+")").Scan(&hasRows); err != nil {
+		return Table{}, err
+	}
+	if hasRows {
+		return Table{}, fmt.Errorf("%w: table %s on the coordinator is not empty; distribute it while empty, then load through shardmover", ErrInvalid, display)
+	}
+	var hasKey bool
+	if err := c.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_constraint WHERE conrelid = $1::regclass AND contype = 'p')
+		OR (SELECT relreplident = 'f' FROM pg_class WHERE oid = $1::regclass)`, qualified).Scan(&hasKey); err != nil {
+		return Table{}, err
+	}
+	if !hasKey {
+		return Table{}, fmt.Errorf("%w: table %s has no primary key; add one (or set REPLICA IDENTITY FULL) so its shards can be moved online", ErrInvalid, display)
+	}
+
+	// Colocation.
+	colocID := int32(0)
+	var follow *Table
+	switch strings.ToLower(opts.ColocateWith) {
+	case "none":
+	case "", "default":
+		for _, t := range cl.Tables {
+			if t.ColumnType == typName && (opts.ShardCount == 0 || t.ShardCount == opts.ShardCount) {
+				tt := t
+				follow = &tt
+				break
+			}
+		}
+	default:
+		t, err := cl.Table(opts.ColocateWith)
+		if err != nil {
+			return Table{}, fmt.Errorf("%w: --colocate-with %s is not a distributed table", ErrInvalid, opts.ColocateWith)
+		}
+		if t.ColumnType != typName {
+			return Table{}, fmt.Errorf("%w: cannot colocate %s with %s: distribution column types differ (%s vs %s)", ErrInvalid, display, t.DisplayName(), typName, t.ColumnType)
+		}
+		if opts.ShardCount != 0 && opts.ShardCount != t.ShardCount {
+			return Table{}, fmt.Errorf("%w: cannot colocate %s with %s: it has %d shards, not %d; omit --shards", ErrInvalid, display, t.DisplayName(), t.ShardCount, opts.ShardCount)
+		}
+		follow = &t
+	}
+	shardCount := opts.ShardCount
+	if follow != nil {
+		colocID = follow.ColocationID
+		shardCount = follow.ShardCount
+	}
+	if shardCount == 0 {
+		shardCount = 32
+	}
+	ranges, err := HashRanges(shardCount)
+	if err != nil {
+		return Table{}, err
+	}
+
+	// Placement per shard index.
+	groupFor := make([]int32, shardCount)
+	if follow != nil {
+		for _, s := range cl.TableShards(*follow) {
+			p, ok := cl.PlacementOf(s.ID)
+			if !ok {
+				return Table{}, fmt.Errorf("shard %d of %s has no placement; the catalog is inconsistent", s.ID, follow.DisplayName())
+			}
+			groupFor[s.Index] = p.GroupID
+		}
+	} else {
+		var workers []Node
+		for _, n := range cl.Nodes {
+			if n.IsActive && n.ShouldHaveShards && !n.IsCoordinator() && n.Role == "primary" {
+				workers = append(workers, n)
+			}
+		}
+		if len(workers) == 0 {
+			return Table{}, fmt.Errorf("%w: no active worker may hold shards; add one with `shardmover node add host:port`", ErrInvalid)
+		}
+		sort.Slice(workers, func(i, j int) bool {
+			if workers[i].Host != workers[j].Host {
+				return workers[i].Host < workers[j].Host
+			}
+			return workers[i].Port < workers[j].Port
+		})
+		for i := range groupFor {
+			groupFor[i] = workers[i%len(workers)].GroupID
+		}
+	}
+
+	ddl, err := ReadTableDDL(ctx, c.pool, qualified)
+	if err != nil {
+		return Table{}, err
+	}
+
+	// Reserve shard ids, then create shard tables on workers, then write the
+	// catalog in one transaction. If the catalog write fails the shard tables
+	// are dropped again.
+	ids := make([]int64, shardCount)
+	for i := range ids {
+		if err := c.pool.QueryRow(ctx, "SELECT nextval('shardmover_catalog.pg_dist_shardid_seq')").Scan(&ids[i]); err != nil {
+			return Table{}, err
+		}
+	}
+	created := map[int32][]pgx.Identifier{}
+	dropCreated := func() {
+		for gid, idents := range created {
+			n, ok := cl.NodeByGroup(gid)
+			if !ok {
+				continue
+			}
+			conn, err := c.ConnectNode(ctx, n.Host, n.Port)
+			if err != nil {
+				continue
+			}
+			for _, id := range idents {
+				_, _ = conn.Exec(ctx, "DROP TABLE IF EXISTS "+id.Sanitize())
+			}
+			conn.Close(ctx)
+		}
+	}
+	byGroup := map[int32][]int{}
+	var gids []int32
+	for i, g := range groupFor {
+		if _, ok := byGroup[g]; !ok {
+			gids = append(gids, g)
+		}
+		byGroup[g] = append(byGroup[g], i)
+	}
+	for _, gid := range gids {
+		n, ok := cl.NodeByGroup(gid)
+		if !ok {
+			dropCreated()
+			return Table{}, fmt.Errorf("node group %d has no node", gid)
+		}
+		if err := c.createShardTables(ctx, n, schema, rel, ddl, ids, byGroup[gid], created); err != nil {
+			dropCreated()
+			return Table{}, err
+		}
+	}
+	err = c.tx(ctx, func(tx pgx.Tx) error {
+		if colocID == 0 {
+			if err := tx.QueryRow(ctx, "SELECT nextval('shardmover_catalog.pg_dist_colocationid_seq')").Scan(&colocID); err != nil {
+				return err
+			}
+			if _, err := tx.Exec(ctx, `INSERT INTO shardmover_catalog.pg_dist_colocation
+				(colocationid, shardcount, replicationfactor, distributioncolumntype, distributioncolumncollation)
+				VALUES ($1, $2, 1, $3::oid::regtype, $4)`, colocID, shardCount, typ, coll); err != nil {
+				return err
+			}
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO shardmover_catalog.pg_dist_partition
+			(logicalrelid, partmethod, partkey, colocationid, repmodel, autoconverted)
+			VALUES ($1::regclass, 'h', $2, $3, 's', false)`, qualified, partkeyVar(attnum, typ, typmod, coll), colocID); err != nil {
+			return err
+		}
+		for i, id := range ids {
+			if _, err := tx.Exec(ctx, `INSERT INTO shardmover_catalog.pg_dist_shard
+				(logicalrelid, shardid, shardstorage, shardminvalue, shardmaxvalue)
+				VALUES ($1::regclass, $2, 't', $3, $4)`, qualified, id,
+				strconv.Itoa(int(ranges[i].Min)), strconv.Itoa(int(ranges[i].Max))); err != nil {
+				return err
+			}
+			if _, err := tx.Exec(ctx, `INSERT INTO shardmover_catalog.pg_dist_placement
+				(shardid, shardstate, shardlength, groupid) VALUES ($1, 1, 0, $2)`, id, groupFor[i]); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		dropCreated()
+		return Table{}, fmt.Errorf("write catalogs for %s: %w", display, err)
+	}
+	return Table{Schema: schema, Name: rel, Method: "h", Column: opts.Column, ColumnAttNum: attnum,
+		ColumnType: typName, ColumnTypeID: typ, ColocationID: colocID, ShardCount: shardCount}, nil
+}
+
+func (c *Catalog) createShardTables(ctx context.Context, n Node, schema, rel string, ddl TableDDL, ids []int64, idx []int, created map[int32][]pgx.Identifier) error {
+	conn, err := c.ConnectNode(ctx, n.Host, n.Port)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+pgx.Identifier{schema}.Sanitize()); err != nil {
+		return fmt.Errorf("create schema on %s: %w", n.Addr(), err)
+	}
+	for _, i := range idx {
+		id := strconv.FormatInt(ids[i], 10)
+		target := pgx.Identifier{schema, rel + "_" + id}
+		var exists bool
+		if err := conn.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", target.Sanitize()).Scan(&exists); err != nil {
+			return err
+		}
+		if exists {
+			return fmt.Errorf("%w: shard table %s already exists on %s; drop it or check the catalogs", ErrInvalid, target.Sanitize(), n.Addr())
+		}
+		created[n.GroupID] = append(created[n.GroupID], target)
+		stmts := append([]string{ddl.CreateStatement(target, id)}, ddl.IndexStatements(target, id)...)
+		for _, s := range stmts {
+			if _, err := conn.Exec(ctx, s); err != nil {
+				return fmt.Errorf("create shard %s on %s: %w", target.Sanitize(), n.Addr(), err)
+			}
+		}
+	}
+	return nil
+}
+
+func sampleOf(typName string) any {
+	switch typName {
+	case "smallint":
+		return int16(0)
+	case "integer":
+		return int32(0)
+	case "bigint":
+		return int64(0)
+	}
+	return ""
+}

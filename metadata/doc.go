@@ -1,0 +1,27 @@
+// Package metadata is the only package that reads or writes the pg_dist_*
+// catalogs (and, later, shardmover's journal).
+//
+// A Catalog is opened on the coordinator. It detects the cluster's flavor
+// (citus when pg_extension lists citus, compat otherwise; never configured by
+// hand) and names every catalog through that flavor, so each query reads the
+// same columns in both: pg_catalog.pg_dist_* for citus, shardmover_catalog.pg_dist_*
+// (Citus 13's exact table names, column names and types) for compat.
+//
+// Contract:
+//
+//   - Install creates the compat catalogs; running it again changes nothing.
+//   - Snapshot returns one consistent view of nodes, distributed tables,
+//     colocation groups, shards with hash ranges, placements and shard groups,
+//     read in a single REPEATABLE READ transaction; sizes are then measured on
+//     each node with pg_total_relation_size.
+//   - Writes (AddNode, CreateDistributedTable) check their input first and
+//     change nothing when it is wrong; such errors wrap ErrInvalid and read as
+//     one sentence saying what to do.
+//   - Hash ranges and hash functions agree bit for bit with PostgreSQL and
+//     Citus: N shards split the int32 space evenly, and a value belongs to the
+//     shard whose range holds hashint4/hashint8/hashtext of it.
+//   - Connections to nodes take host and port from pg_dist_node and every
+//     other parameter from the coordinator's connection string, overridable
+//     with NodeConninfo. Errors and logs name nodes by host:port only; no
+//     password or full connection string is ever printed.
+package metadata

@@ -1,0 +1,119 @@
+package metadata
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// AddNodeOptions tunes AddNode.
+type AddNodeOptions struct {
+	// ShouldHaveShards is stored in pg_dist_node (default true via
+	// DefaultAddNodeOptions).
+	ShouldHaveShards bool
+}
+
+// DefaultAddNodeOptions returns options for an ordinary worker.
+func DefaultAddNodeOptions() AddNodeOptions { return AddNodeOptions{ShouldHaveShards: true} }
+
+// ParseAddr parses host:port. It wraps ErrInvalid on bad input.
+func ParseAddr(addr string) (string, int, error) {
+	host, portText, err := net.SplitHostPort(addr)
+	if err != nil || host == "" {
+		return "", 0, fmt.Errorf("%w: %q is not host:port (for example 127.0.0.1:9702)", ErrInvalid, addr)
+	}
+	port, err := strconv.Atoi(portText)
+	if err != nil || port < 1 || port > 65535 {
+		return "", 0, fmt.Errorf("%w: %q has no valid port (1-65535)", ErrInvalid, addr)
+	}
+	return host, port, nil
+}
+
+// AddNode registers a worker in a compat cluster after checking that it can
+// be reached and has wal_level = logical; it installs the catalogs first when
+// they are missing. A node already registered is returned as it is, with
+// ErrExists.
+func (c *Catalog) AddNode(ctx context.Context, host string, port int, opts AddNodeOptions) (Node, error) {
+	if c.flavor == Citus {
+		return Node{}, fmt.Errorf("%w: this is a Citus cluster; add nodes with SELECT citus_add_node('%s', %d)", ErrInvalid, host, port)
+	}
+	addr := net.JoinHostPort(host, strconv.Itoa(port))
+	if err := c.Install(ctx); err != nil {
+		return Node{}, err
+	}
+	nodes, err := c.Nodes(ctx)
+	if err != nil {
+		return Node{}, err
+	}
+	for _, n := range nodes {
+		if n.Host == host && n.Port == port {
+			return n, fmt.Errorf("%w: %s is already registered as node %d", ErrExists, addr, n.ID)
+		}
+	}
+	conn, err := c.ConnectNode(ctx, host, port)
+	if err != nil {
+		return Node{}, fmt.Errorf("%w: %s", ErrInvalid, err.Error())
+	}
+	defer conn.Close(ctx)
+	var walLevel string
+	if err := conn.QueryRow(ctx, "SELECT current_setting('wal_level')").Scan(&walLevel); err != nil {
+		return Node{}, fmt.Errorf("read wal_level on %s: %w", addr, err)
+	}
+	if walLevel != "logical" {
+		return Node{}, fmt.Errorf("%w: %s has wal_level = %s; set wal_level = logical in its postgresql.conf and restart it", ErrInvalid, addr, walLevel)
+	}
+	var n Node
+	err = c.tx(ctx, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `INSERT INTO shardmover_catalog.pg_dist_node (nodename, nodeport, shouldhaveshards)
+			VALUES ($1, $2, $3)
+			RETURNING nodeid, groupid, nodename, nodeport, noderack, hasmetadata, isactive,
+				noderole::text, nodecluster::text, metadatasynced, shouldhaveshards`, host, port, opts.ShouldHaveShards)
+		if err != nil {
+			return err
+		}
+		n, err = pgx.CollectExactlyOneRow(rows, func(r pgx.CollectableRow) (Node, error) {
+			var n Node
+			err := r.Scan(&n.ID, &n.GroupID, &n.Host, &n.Port, &n.Rack, &n.HasMetadata, &n.IsActive,
+				&n.Role, &n.Cluster, &n.MetadataSynced, &n.ShouldHaveShards)
+			return n, err
+		})
+		return err
+	})
+	if err != nil {
+		return Node{}, fmt.Errorf("register %s: %w", addr, err)
+	}
+	return n, nil
+}
+
+// ErrExists marks something that is already there.
+var ErrExists = errors.New("already exists")
+
+// Nodes lists pg_dist_node ordered by group.
+func (c *Catalog) Nodes(ctx context.Context) ([]Node, error) {
+	if err := c.requireInstalled(ctx); err != nil {
+		return nil, err
+	}
+	return readNodes(ctx, c.pool, c.t("pg_dist_node"))
+}
+
+// NodeByAddr finds a registered node by host:port.
+func (c *Catalog) NodeByAddr(ctx context.Context, addr string) (Node, error) {
+	host, port, err := ParseAddr(addr)
+	if err != nil {
+		return Node{}, err
+	}
+	nodes, err := c.Nodes(ctx)
+	if err != nil {
+		return Node{}, err
+	}
+	for _, n := range nodes {
+		if n.Host == host && n.Port == port {
+			return n, nil
+		}
+	}
+	return Node{}, fmt.Errorf("%w: no node %s is registered; `shardmover node list` shows the registered nodes", ErrNotFound, addr)
+}

@@ -1,0 +1,308 @@
+package metadata
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strconv"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// SnapshotOptions tunes Snapshot.
+type SnapshotOptions struct {
+	// SkipSizes leaves ShardGroup.Bytes at zero instead of measuring on nodes.
+	SkipSizes bool
+}
+
+// Snapshot reads a consistent view of the catalogs (one REPEATABLE READ
+// transaction), then measures shard-group sizes on each node.
+func (c *Catalog) Snapshot(ctx context.Context, opts SnapshotOptions) (*Cluster, error) {
+	if err := c.requireInstalled(ctx); err != nil {
+		return nil, err
+	}
+	cl := &Cluster{Flavor: c.flavor}
+	err := pgx.BeginTxFunc(ctx, c.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		var err error
+		if cl.Nodes, err = readNodes(ctx, tx, c.t("pg_dist_node")); err != nil {
+			return err
+		}
+		if cl.Colocations, err = c.readColocations(ctx, tx); err != nil {
+			return err
+		}
+		if cl.Tables, err = c.readTables(ctx, tx); err != nil {
+			return err
+		}
+		if cl.Shards, err = c.readShards(ctx, tx); err != nil {
+			return err
+		}
+		cl.Placements, err = c.readPlacements(ctx, tx)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read catalogs: %w", err)
+	}
+	cl.buildGroups()
+	if !opts.SkipSizes {
+		c.measure(ctx, cl)
+	}
+	return cl, nil
+}
+
+type querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+func readNodes(ctx context.Context, q querier, table string) ([]Node, error) {
+	rows, err := q.Query(ctx, `SELECT nodeid, groupid, nodename, nodeport, noderack, hasmetadata, isactive,
+		noderole::text, nodecluster::text, metadatasynced, shouldhaveshards
+		FROM `+table+` ORDER BY groupid, nodeid`)
+	if err != nil {
+		return nil, fmt.Errorf("read pg_dist_node: %w", err)
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Node, error) {
+		var n Node
+		err := r.Scan(&n.ID, &n.GroupID, &n.Host, &n.Port, &n.Rack, &n.HasMetadata, &n.IsActive,
+			&n.Role, &n.Cluster, &n.MetadataSynced, &n.ShouldHaveShards)
+		return n, err
+	})
+}
+
+func (c *Catalog) readColocations(ctx context.Context, q querier) ([]Colocation, error) {
+	rows, err := q.Query(ctx, `SELECT colocationid, shardcount, replicationfactor, distributioncolumntype::regtype::text
+		FROM `+c.t("pg_dist_colocation")+` ORDER BY colocationid`)
+	if err != nil {
+		return nil, fmt.Errorf("read pg_dist_colocation: %w", err)
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Colocation, error) {
+		var x Colocation
+		err := r.Scan(&x.ID, &x.ShardCount, &x.ReplicationFactor, &x.ColumnType)
+		return x, err
+	})
+}
+
+func (c *Catalog) readTables(ctx context.Context, q querier) ([]Table, error) {
+	rows, err := q.Query(ctx, `SELECT n.nspname, cl.relname, p.partmethod::text, coalesce(p.partkey, ''), p.colocationid,
+			(SELECT count(*) FROM `+c.t("pg_dist_shard")+` s WHERE s.logicalrelid = p.logicalrelid)
+		FROM `+c.t("pg_dist_partition")+` p
+		JOIN pg_class cl ON cl.oid = p.logicalrelid
+		JOIN pg_namespace n ON n.oid = cl.relnamespace
+		ORDER BY n.nspname, cl.relname`)
+	if err != nil {
+		return nil, fmt.Errorf("read pg_dist_partition: %w", err)
+	}
+	type raw struct {
+		Table
+		partkey string
+	}
+	raws, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (raw, error) {
+		var x raw
+		err := r.Scan(&x.Schema, &x.Name, &x.Method, &x.partkey, &x.ColocationID, &x.ShardCount)
+		return x, err
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Table, 0, len(raws))
+	for _, x := range raws {
+		t := x.Table
+		if x.partkey != "" {
+			attnum, err := ParsePartkey(x.partkey)
+			if err != nil {
+				return nil, err
+			}
+			t.ColumnAttNum = attnum
+			rows, err := q.Query(ctx, `SELECT a.attname, format_type(a.atttypid, NULL), a.atttypid
+				FROM pg_attribute a WHERE a.attrelid = $1::regclass AND a.attnum = $2`, t.QualifiedName(), attnum)
+			if err != nil {
+				return nil, err
+			}
+			for rows.Next() {
+				if err := rows.Scan(&t.Column, &t.ColumnType, &t.ColumnTypeID); err != nil {
+					rows.Close()
+					return nil, err
+				}
+			}
+			rows.Close()
+			if err := rows.Err(); err != nil {
+				return nil, err
+			}
+		}
+		out = append(out, t)
+	}
+	return out, nil
+}
+
+func (c *Catalog) readShards(ctx context.Context, q querier) ([]Shard, error) {
+	rows, err := q.Query(ctx, `SELECT n.nspname, cl.relname, s.shardid, coalesce(s.shardminvalue, ''), coalesce(s.shardmaxvalue, '')
+		FROM `+c.t("pg_dist_shard")+` s
+		JOIN pg_class cl ON cl.oid = s.logicalrelid
+		JOIN pg_namespace n ON n.oid = cl.relnamespace
+		ORDER BY n.nspname, cl.relname, s.shardminvalue::bigint NULLS FIRST, s.shardid`)
+	if err != nil {
+		return nil, fmt.Errorf("read pg_dist_shard: %w", err)
+	}
+	var out []Shard
+	prev := ""
+	idx := 0
+	for rows.Next() {
+		var s Shard
+		var lo, hi string
+		if err := rows.Scan(&s.Schema, &s.Table, &s.ID, &lo, &hi); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		key := s.Schema + "." + s.Table
+		if key != prev {
+			prev, idx = key, 0
+		}
+		s.Index = idx
+		idx++
+		if lo != "" {
+			a, err1 := strconv.ParseInt(lo, 10, 32)
+			b, err2 := strconv.ParseInt(hi, 10, 32)
+			if err1 != nil || err2 != nil {
+				rows.Close()
+				return nil, fmt.Errorf("shard %d has a range that is not int32: [%s, %s]", s.ID, lo, hi)
+			}
+			s.Min, s.Max = int32(a), int32(b)
+		}
+		out = append(out, s)
+	}
+	return out, rows.Err()
+}
+
+func (c *Catalog) readPlacements(ctx context.Context, q querier) ([]Placement, error) {
+	rows, err := q.Query(ctx, `SELECT placementid, shardid, shardstate, shardlength, groupid
+		FROM `+c.t("pg_dist_placement")+` ORDER BY shardid, placementid`)
+	if err != nil {
+		return nil, fmt.Errorf("read pg_dist_placement: %w", err)
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Placement, error) {
+		var p Placement
+		err := r.Scan(&p.ID, &p.ShardID, &p.State, &p.Length, &p.GroupID)
+		return p, err
+	})
+}
+
+// buildGroups derives shard groups: shard index i of every table of a
+// colocation group, placed where index i of the first table is.
+func (cl *Cluster) buildGroups() {
+	placement := make(map[int64]int32, len(cl.Placements))
+	for _, p := range cl.Placements {
+		placement[p.ShardID] = p.GroupID
+	}
+	nodeOfGroup := make(map[int32]int32, len(cl.Nodes))
+	for _, n := range cl.Nodes {
+		if n.Role == "primary" || n.Role == "" {
+			nodeOfGroup[n.GroupID] = n.ID
+		}
+	}
+	type key struct {
+		coloc int32
+		index int
+	}
+	groups := map[key]*ShardGroup{}
+	var keys []key
+	tables := append([]Table(nil), cl.Tables...)
+	sort.Slice(tables, func(i, j int) bool {
+		if tables[i].ColocationID != tables[j].ColocationID {
+			return tables[i].ColocationID < tables[j].ColocationID
+		}
+		return tables[i].DisplayName() < tables[j].DisplayName()
+	})
+	for _, t := range tables {
+		for _, s := range cl.TableShards(t) {
+			k := key{t.ColocationID, s.Index}
+			g, ok := groups[k]
+			if !ok {
+				g = &ShardGroup{ColocationID: t.ColocationID, Index: s.Index, GroupID: placement[s.ID]}
+				g.NodeID = nodeOfGroup[g.GroupID]
+				groups[k] = g
+				keys = append(keys, k)
+			}
+			g.ShardIDs = append(g.ShardIDs, s.ID)
+			g.Tables = append(g.Tables, t.DisplayName())
+		}
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		if keys[i].coloc != keys[j].coloc {
+			return keys[i].coloc < keys[j].coloc
+		}
+		return keys[i].index < keys[j].index
+	})
+	cl.Groups = cl.Groups[:0]
+	for _, k := range keys {
+		cl.Groups = append(cl.Groups, *groups[k])
+	}
+}
+
+// measure fills ShardGroup.Bytes with pg_total_relation_size of every shard
+// of the group, measured on the node holding it. A node that cannot be
+// reached leaves its groups with SizeKnown = false and adds a warning.
+func (c *Catalog) measure(ctx context.Context, cl *Cluster) {
+	shardByID := make(map[int64]Shard, len(cl.Shards))
+	for _, s := range cl.Shards {
+		shardByID[s.ID] = s
+	}
+	byGroup := map[int32][]int{}
+	var nodeGroups []int32
+	for i, g := range cl.Groups {
+		if _, ok := byGroup[g.GroupID]; !ok {
+			nodeGroups = append(nodeGroups, g.GroupID)
+		}
+		byGroup[g.GroupID] = append(byGroup[g.GroupID], i)
+	}
+	sort.Slice(nodeGroups, func(i, j int) bool { return nodeGroups[i] < nodeGroups[j] })
+	for _, gid := range nodeGroups {
+		node, ok := cl.NodeByGroup(gid)
+		if !ok {
+			cl.Warnings = append(cl.Warnings, fmt.Sprintf("placements name node group %d, which has no node", gid))
+			continue
+		}
+		sizes, err := c.shardSizes(ctx, node, byGroup[gid], cl, shardByID)
+		if err != nil {
+			cl.Warnings = append(cl.Warnings, fmt.Sprintf("sizes on %s unknown: %v", node.Addr(), err))
+			continue
+		}
+		for _, i := range byGroup[gid] {
+			g := &cl.Groups[i]
+			g.Bytes = 0
+			for _, id := range g.ShardIDs {
+				g.Bytes += sizes[id]
+			}
+			g.SizeKnown = true
+		}
+	}
+}
+
+func (c *Catalog) shardSizes(ctx context.Context, node Node, idx []int, cl *Cluster, shardByID map[int64]Shard) (map[int64]int64, error) {
+	conn, err := c.ConnectNode(ctx, node.Host, node.Port)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close(ctx)
+	var ids []int64
+	var names []string
+	for _, i := range idx {
+		for _, id := range cl.Groups[i].ShardIDs {
+			ids = append(ids, id)
+			names = append(names, shardByID[id].Ident().Sanitize())
+		}
+	}
+	rows, err := conn.Query(ctx, `SELECT u.id, coalesce(pg_total_relation_size(to_regclass(u.name)), 0)
+		FROM unnest($1::bigint[], $2::text[]) AS u(id, name)`, ids, names)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[int64]int64, len(ids))
+	for rows.Next() {
+		var id, size int64
+		if err := rows.Scan(&id, &size); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		out[id] = size
+	}
+	return out, rows.Err()
+}
