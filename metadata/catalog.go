@@ -62,7 +62,7 @@ func Open(ctx context.Context, cfg Config) (*Catalog, error) {
 	c := &Catalog{coord: coord, nodeOver: over, log: cfg.Logger, timeout: cfg.ConnectTimeout}
 	pcfg, err := pgxpool.ParseConfig(c.withTimeout(coord).String())
 	if err != nil {
-		return nil, fmt.Errorf("%w: the coordinator connection string is not valid: %s", ErrInvalid, redact(err))
+		return nil, invalidf("the coordinator connection string is not valid: %s", redact(err))
 	}
 	pcfg.MaxConns = 8
 	pcfg.ConnConfig.RuntimeParams["application_name"] = "shardmover"
@@ -132,7 +132,7 @@ func (c *Catalog) NodeSettings(host string, port int) ConnSettings {
 func (c *Catalog) ConnectNode(ctx context.Context, host string, port int) (*pgx.Conn, error) {
 	cfg, err := pgx.ParseConfig(c.NodeSettings(host, port).String())
 	if err != nil {
-		return nil, fmt.Errorf("%w: node connection settings for %s are not valid: %s", ErrInvalid, net.JoinHostPort(host, strconv.Itoa(port)), redact(err))
+		return nil, invalidf("node connection settings for %s are not valid: %s", net.JoinHostPort(host, strconv.Itoa(port)), redact(err))
 	}
 	cfg.RuntimeParams["application_name"] = "shardmover"
 	conn, err := pgx.ConnectConfig(ctx, cfg)
@@ -161,7 +161,11 @@ func unreachable(what, host string, port uint16, err error) error {
 	case strings.Contains(err.Error(), "password authentication failed"):
 		reason = "password authentication failed"
 	}
-	return fmt.Errorf("%w: cannot reach the %s at %s (%s); check that it is running and that --coordinator points to it", ErrUnreachable, what, addr, reason)
+	hint := "check that it is running and that --coordinator points to it"
+	if what != "coordinator" {
+		hint = "check that it is running and reachable from here"
+	}
+	return fmt.Errorf("%w: cannot reach the %s at %s (%s); %s", ErrUnreachable, what, addr, reason, hint)
 }
 
 // redact keeps the first clause of a parse error, which names the problem but

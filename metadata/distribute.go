@@ -146,7 +146,7 @@ func ReadTableDDL(ctx context.Context, conn querier, table string) (TableDDL, er
 // the workers with the table's columns, defaults, constraints and indexes.
 func (c *Catalog) CreateDistributedTable(ctx context.Context, opts DistributeOptions) (Table, error) {
 	if c.flavor == Citus {
-		return Table{}, fmt.Errorf("%w: this is a Citus cluster; distribute tables with SELECT create_distributed_table('%s', '%s')", ErrInvalid, opts.Table, opts.Column)
+		return Table{}, invalidf("this is a Citus cluster; distribute tables with SELECT create_distributed_table('%s', '%s')", opts.Table, opts.Column)
 	}
 	if err := c.requireInstalled(ctx); err != nil {
 		return Table{}, err
@@ -161,14 +161,14 @@ func (c *Catalog) CreateDistributedTable(ctx context.Context, opts DistributeOpt
 		return Table{}, err
 	}
 	if !exists {
-		return Table{}, fmt.Errorf("%w: table %s does not exist on the coordinator; create it there first (it stays as the empty parent of its shards)", ErrInvalid, display)
+		return Table{}, invalidf("table %s does not exist on the coordinator; create it there first (it stays as the empty parent of its shards)", display)
 	}
 	cl, err := c.Snapshot(ctx, SnapshotOptions{SkipSizes: true})
 	if err != nil {
 		return Table{}, err
 	}
 	if _, err := cl.Table(schema + "." + rel); err == nil {
-		return Table{}, fmt.Errorf("%w: table %s is already distributed", ErrInvalid, display)
+		return Table{}, invalidf("table %s is already distributed", display)
 	}
 	var attnum int
 	var typ uint32
@@ -179,7 +179,7 @@ func (c *Catalog) CreateDistributedTable(ctx context.Context, opts DistributeOpt
 		FROM pg_attribute WHERE attrelid = $1::regclass AND attname = $2 AND attnum > 0 AND NOT attisdropped`,
 		qualified, opts.Column).Scan(&attnum, &typ, &typmod, &coll, &typName)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return Table{}, fmt.Errorf("%w: table %s has no column %q to distribute on", ErrInvalid, display, opts.Column)
+		return Table{}, invalidf("table %s has no column %q to distribute on", display, opts.Column)
 	}
 	if err != nil {
 		return Table{}, err
@@ -192,7 +192,7 @@ func (c *Catalog) CreateDistributedTable(ctx context.Context, opts DistributeOpt
 		return Table{}, err
 	}
 	if hasRows {
-		return Table{}, fmt.Errorf("%w: table %s on the coordinator is not empty; distribute it while empty, then load through shardmover", ErrInvalid, display)
+		return Table{}, invalidf("table %s on the coordinator is not empty; distribute it while empty, then load through shardmover", display)
 	}
 	var hasKey bool
 	if err := c.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_constraint WHERE conrelid = $1::regclass AND contype = 'p')
@@ -200,7 +200,7 @@ func (c *Catalog) CreateDistributedTable(ctx context.Context, opts DistributeOpt
 		return Table{}, err
 	}
 	if !hasKey {
-		return Table{}, fmt.Errorf("%w: table %s has no primary key; add one (or set REPLICA IDENTITY FULL) so its shards can be moved online", ErrInvalid, display)
+		return Table{}, invalidf("table %s has no primary key; add one (or set REPLICA IDENTITY FULL) so its shards can be moved online", display)
 	}
 
 	// Colocation.
@@ -219,13 +219,13 @@ func (c *Catalog) CreateDistributedTable(ctx context.Context, opts DistributeOpt
 	default:
 		t, err := cl.Table(opts.ColocateWith)
 		if err != nil {
-			return Table{}, fmt.Errorf("%w: --colocate-with %s is not a distributed table", ErrInvalid, opts.ColocateWith)
+			return Table{}, invalidf("--colocate-with %s is not a distributed table", opts.ColocateWith)
 		}
 		if t.ColumnType != typName {
-			return Table{}, fmt.Errorf("%w: cannot colocate %s with %s: distribution column types differ (%s vs %s)", ErrInvalid, display, t.DisplayName(), typName, t.ColumnType)
+			return Table{}, invalidf("cannot colocate %s with %s: distribution column types differ (%s vs %s)", display, t.DisplayName(), typName, t.ColumnType)
 		}
 		if opts.ShardCount != 0 && opts.ShardCount != t.ShardCount {
-			return Table{}, fmt.Errorf("%w: cannot colocate %s with %s: it has %d shards, not %d; omit --shards", ErrInvalid, display, t.DisplayName(), t.ShardCount, opts.ShardCount)
+			return Table{}, invalidf("cannot colocate %s with %s: it has %d shards, not %d; omit --shards", display, t.DisplayName(), t.ShardCount, opts.ShardCount)
 		}
 		follow = &t
 	}
@@ -260,7 +260,7 @@ func (c *Catalog) CreateDistributedTable(ctx context.Context, opts DistributeOpt
 			}
 		}
 		if len(workers) == 0 {
-			return Table{}, fmt.Errorf("%w: no active worker may hold shards; add one with `shardmover node add host:port`", ErrInvalid)
+			return Table{}, invalidf("no active worker may hold shards; add one with `shardmover node add host:port`")
 		}
 		sort.Slice(workers, func(i, j int) bool {
 			if workers[i].Host != workers[j].Host {
@@ -378,7 +378,7 @@ func (c *Catalog) createShardTables(ctx context.Context, n Node, schema, rel str
 			return err
 		}
 		if exists {
-			return fmt.Errorf("%w: shard table %s already exists on %s; drop it or check the catalogs", ErrInvalid, target.Sanitize(), n.Addr())
+			return invalidf("shard table %s already exists on %s; drop it or check the catalogs", target.Sanitize(), n.Addr())
 		}
 		created[n.GroupID] = append(created[n.GroupID], target)
 		stmts := append([]string{ddl.CreateStatement(target, id)}, ddl.IndexStatements(target, id)...)

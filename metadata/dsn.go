@@ -25,7 +25,7 @@ func ParseConnString(s string) (ConnSettings, error) {
 	if strings.HasPrefix(s, "postgres://") || strings.HasPrefix(s, "postgresql://") {
 		u, err := url.Parse(s)
 		if err != nil {
-			return nil, fmt.Errorf("%w: the connection URL cannot be parsed; check its syntax", ErrInvalid)
+			return nil, invalidf("the connection URL cannot be parsed; check its syntax")
 		}
 		if u.User != nil {
 			out["user"] = u.User.Username()
@@ -57,7 +57,7 @@ func ParseConnString(s string) (ConnSettings, error) {
 		}
 		eq := strings.IndexByte(rest, '=')
 		if eq <= 0 {
-			return nil, fmt.Errorf("%w: the connection string must be key=value pairs or a postgres:// URL", ErrInvalid)
+			return nil, invalidf("the connection string must be key=value pairs or a postgres:// URL")
 		}
 		key := strings.TrimSpace(rest[:eq])
 		rest = strings.TrimLeftFunc(rest[eq+1:], unicode.IsSpace)
@@ -80,7 +80,7 @@ func ParseConnString(s string) (ConnSettings, error) {
 				val.WriteByte(ch)
 			}
 			if !closed {
-				return nil, fmt.Errorf("%w: the connection string has an unterminated quote after %s=", ErrInvalid, key)
+				return nil, invalidf("the connection string has an unterminated quote after %s=", key)
 			}
 		} else {
 			end := strings.IndexFunc(rest, unicode.IsSpace)

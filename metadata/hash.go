@@ -1,7 +1,6 @@
 package metadata
 
 import (
-	"fmt"
 	"math"
 	"math/bits"
 )
@@ -145,7 +144,7 @@ func (r Range) Contains(h int32) bool { return h >= r.Min && h <= r.Max }
 // and the last ends at MaxInt32.
 func HashRanges(n int) ([]Range, error) {
 	if n < 1 || n > 64000*2 {
-		return nil, fmt.Errorf("%w: shard count must be between 1 and 128000, got %d", ErrInvalid, n)
+		return nil, invalidf("shard count must be between 1 and 128000, got %d", n)
 	}
 	inc := uint64(1<<32) / uint64(n)
 	out := make([]Range, n)

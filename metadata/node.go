@@ -24,11 +24,11 @@ func DefaultAddNodeOptions() AddNodeOptions { return AddNodeOptions{ShouldHaveSh
 func ParseAddr(addr string) (string, int, error) {
 	host, portText, err := net.SplitHostPort(addr)
 	if err != nil || host == "" {
-		return "", 0, fmt.Errorf("%w: %q is not host:port (for example 127.0.0.1:9702)", ErrInvalid, addr)
+		return "", 0, invalidf("%q is not host:port (for example 127.0.0.1:9702)", addr)
 	}
 	port, err := strconv.Atoi(portText)
 	if err != nil || port < 1 || port > 65535 {
-		return "", 0, fmt.Errorf("%w: %q has no valid port (1-65535)", ErrInvalid, addr)
+		return "", 0, invalidf("%q has no valid port (1-65535)", addr)
 	}
 	return host, port, nil
 }
@@ -39,7 +39,7 @@ func ParseAddr(addr string) (string, int, error) {
 // ErrExists.
 func (c *Catalog) AddNode(ctx context.Context, host string, port int, opts AddNodeOptions) (Node, error) {
 	if c.flavor == Citus {
-		return Node{}, fmt.Errorf("%w: this is a Citus cluster; add nodes with SELECT citus_add_node('%s', %d)", ErrInvalid, host, port)
+		return Node{}, invalidf("this is a Citus cluster; add nodes with SELECT citus_add_node('%s', %d)", host, port)
 	}
 	addr := net.JoinHostPort(host, strconv.Itoa(port))
 	if err := c.Install(ctx); err != nil {
@@ -56,7 +56,7 @@ func (c *Catalog) AddNode(ctx context.Context, host string, port int, opts AddNo
 	}
 	conn, err := c.ConnectNode(ctx, host, port)
 	if err != nil {
-		return Node{}, fmt.Errorf("%w: %s", ErrInvalid, err.Error())
+		return Node{}, invalidf("%s", err.Error())
 	}
 	defer conn.Close(ctx)
 	var walLevel string
@@ -64,7 +64,7 @@ func (c *Catalog) AddNode(ctx context.Context, host string, port int, opts AddNo
 		return Node{}, fmt.Errorf("read wal_level on %s: %w", addr, err)
 	}
 	if walLevel != "logical" {
-		return Node{}, fmt.Errorf("%w: %s has wal_level = %s; set wal_level = logical in its postgresql.conf and restart it", ErrInvalid, addr, walLevel)
+		return Node{}, invalidf("%s has wal_level = %s; set wal_level = logical in its postgresql.conf and restart it", addr, walLevel)
 	}
 	var n Node
 	err = c.tx(ctx, func(tx pgx.Tx) error {

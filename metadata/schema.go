@@ -116,7 +116,7 @@ func (c *Catalog) requireInstalled(ctx context.Context) error {
 		return err
 	}
 	if !ok {
-		return fmt.Errorf("%w: the coordinator %s has no shardmover catalogs; register a worker with `shardmover node add host:port` (which installs them) first", ErrInvalid, c.CoordinatorAddr())
+		return invalidf("the coordinator %s has no shardmover catalogs; register a worker with `shardmover node add host:port` (which installs them) first", c.CoordinatorAddr())
 	}
 	return nil
 }

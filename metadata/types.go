@@ -249,9 +249,9 @@ func HashValue(columnType string, v any) (int32, error) {
 			return HashText(x), nil
 		}
 	default:
-		return 0, fmt.Errorf("%w: distribution column type %s is not supported (use smallint, integer, bigint, text or varchar)", ErrInvalid, columnType)
+		return 0, invalidf("distribution column type %s is not supported (use smallint, integer, bigint, text or varchar)", columnType)
 	}
-	return 0, fmt.Errorf("%w: value %v (%T) does not match distribution column type %s", ErrInvalid, v, v, columnType)
+	return 0, invalidf("value %v (%T) does not match distribution column type %s", v, v, columnType)
 }
 
 func splitName(name string) (string, string) {
@@ -261,4 +261,15 @@ func splitName(name string) (string, string) {
 		}
 	}
 	return "public", name
+}
+
+// invalidError is a user's mistake: its message is one sentence, and it
+// matches ErrInvalid with errors.Is.
+type invalidError struct{ msg string }
+
+func (e *invalidError) Error() string        { return e.msg }
+func (e *invalidError) Is(target error) bool { return target == ErrInvalid }
+
+func invalidf(format string, args ...any) error {
+	return &invalidError{msg: fmt.Sprintf(format, args...)}
 }
