@@ -1,0 +1,257 @@
+package workload
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// RunOptions describes a workload run.
+type RunOptions struct {
+	Clients  int
+	Duration time.Duration
+	Seed     uint64
+	Users    int64 // user ids to write for (1..Users)
+	// Mix is the percentage of inserts, updates and deletes (sums to 100).
+	InsertPct, UpdatePct, DeletePct int
+	// Pause between a client's operations (0: as fast as possible).
+	Pause time.Duration
+}
+
+// DefaultRunOptions: 8 clients for 30 s, 50% inserts, 35% updates, 15% deletes.
+func DefaultRunOptions() RunOptions {
+	return RunOptions{Clients: 8, Duration: 30 * time.Second, Seed: 7, Users: 1000, InsertPct: 50, UpdatePct: 35, DeletePct: 15}
+}
+
+// RunResult summarises a run.
+type RunResult struct {
+	Ledger    *Ledger
+	Errors    map[string]int64 // by SQLSTATE or error class
+	Latencies []Latency
+	Retries   int64
+	Refreshes int64
+	Elapsed   time.Duration
+}
+
+// Ops is the total of acknowledged operations.
+func (r RunResult) Ops() int64 { return r.Ledger.Acknowledged() }
+
+// Percentile returns the p-th percentile (0..100) of latencies in [from, to).
+func Percentile(lat []Latency, p float64, from, to time.Time) time.Duration {
+	var ds []time.Duration
+	for _, l := range lat {
+		if (from.IsZero() || !l.At.Before(from)) && (to.IsZero() || l.At.Before(to)) {
+			ds = append(ds, l.Dur)
+		}
+	}
+	if len(ds) == 0 {
+		return 0
+	}
+	sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
+	i := int(float64(len(ds)-1) * p / 100)
+	return ds[i]
+}
+
+// Run drives the workload until ctx ends or Duration passes. It returns
+// when every client has stopped; Ledger holds every acknowledged write.
+func Run(ctx context.Context, r *Router, opts RunOptions) (RunResult, error) {
+	if opts.Clients < 1 {
+		return RunResult{}, fmt.Errorf("--clients must be at least 1, got %d", opts.Clients)
+	}
+	if opts.Duration <= 0 {
+		return RunResult{}, fmt.Errorf("--duration must be positive, got %s", opts.Duration)
+	}
+	if opts.InsertPct+opts.UpdatePct+opts.DeletePct != 100 {
+		return RunResult{}, fmt.Errorf("the insert, update and delete percentages must sum to 100")
+	}
+	if opts.Users < 1 {
+		opts.Users = 1
+	}
+	ctx, cancel := context.WithTimeout(ctx, opts.Duration)
+	defer cancel()
+	res := RunResult{Ledger: NewLedger(), Errors: map[string]int64{}}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	r0, f0 := r.Stats()
+	start := time.Now()
+	for c := 0; c < opts.Clients; c++ {
+		wg.Add(1)
+		go func(c int) {
+			defer wg.Done()
+			cl := &client{id: c, r: r, l: res.Ledger, opts: opts,
+				rng:  rand.New(rand.NewPCG(opts.Seed, uint64(c)+1)),
+				gen:  NewGenerator(opts.Seed+uint64(c), opts.Users),
+				errs: map[string]int64{}}
+			cl.run(ctx)
+			mu.Lock()
+			for k, v := range cl.errs {
+				res.Errors[k] += v
+			}
+			res.Latencies = append(res.Latencies, cl.lat...)
+			mu.Unlock()
+		}(c)
+	}
+	wg.Wait()
+	res.Elapsed = time.Since(start)
+	r1, f1 := r.Stats()
+	res.Refreshes, res.Retries = r1-r0, f1-f0
+	sort.Slice(res.Latencies, func(i, j int) bool { return res.Latencies[i].At.Before(res.Latencies[j].At) })
+	return res, nil
+}
+
+type client struct {
+	id   int
+	r    *Router
+	l    *Ledger
+	opts RunOptions
+	rng  *rand.Rand
+	gen  *Generator
+	seq  int64
+	live []Key         // rows this client owns and may still touch
+	revs map[Key]int64 // last acknowledged rev per live row
+	errs map[string]int64
+	lat  []Latency
+}
+
+func (c *client) run(ctx context.Context) {
+	c.revs = map[Key]int64{}
+	for ctx.Err() == nil {
+		n := c.rng.IntN(100)
+		switch {
+		case n < c.opts.InsertPct || len(c.live) == 0:
+			c.insert(ctx)
+		case n < c.opts.InsertPct+c.opts.UpdatePct:
+			c.update(ctx)
+		default:
+			c.delete(ctx)
+		}
+		if c.opts.Pause > 0 {
+			select {
+			case <-ctx.Done():
+			case <-time.After(c.opts.Pause):
+			}
+		}
+	}
+}
+
+// outcome classifies an error: nil means acknowledged; the string names the
+// error class for the report.
+func classify(err error) string {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return pgErr.Code
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return "context"
+	}
+	return "connection"
+}
+
+// sent reports whether an error may have happened after the statement
+// reached the server (so its outcome is unknown).
+func sent(err error) bool {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return false // the server answered with an error: nothing committed
+	}
+	return !pgconn.SafeToRetry(err)
+}
+
+func (c *client) record(op string, start time.Time) {
+	c.lat = append(c.lat, Latency{At: start, Dur: time.Since(start), Op: op})
+}
+
+func (c *client) insert(ctx context.Context) {
+	c.seq++
+	userID := c.gen.NextUserID()
+	eventID := WorkloadEventBase + int64(c.id)<<32 + c.seq
+	e := c.gen.EventFor(eventID, userID, c.rng)
+	k := Key{userID, eventID}
+	start := time.Now()
+	err := c.r.Do(ctx, EventsTable, userID, func(ctx context.Context, t Target) error {
+		_, err := t.Pool.Exec(ctx, "INSERT INTO "+t.Shard.Ident().Sanitize()+
+			" (event_id, event_type, event_public, repo_id, payload, repo, user_id, org, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+			e.Values()...)
+		return err
+	})
+	if c.done(ctx, err, k, true, 0) {
+		c.record("insert", start)
+		c.l.ackInsert(k)
+		c.live = append(c.live, k)
+		c.revs[k] = 0
+	}
+}
+
+func (c *client) update(ctx context.Context) {
+	i := c.rng.IntN(len(c.live))
+	k := c.live[i]
+	rev := c.revs[k] + 1
+	start := time.Now()
+	var affected int64
+	err := c.r.Do(ctx, EventsTable, k.UserID, func(ctx context.Context, t Target) error {
+		tag, err := t.Pool.Exec(ctx, "UPDATE "+t.Shard.Ident().Sanitize()+
+			" SET payload = jsonb_set(payload, '{rev}', to_jsonb($3::bigint)) WHERE user_id = $1 AND event_id = $2", k.UserID, k.EventID, rev)
+		affected = tag.RowsAffected()
+		return err
+	})
+	if c.done(ctx, err, k, true, rev) {
+		c.record("update", start)
+		if affected != 1 {
+			// The row the ledger says exists was not there: keep the ledger
+			// as it is so that Check reports it.
+			c.errs["update_missing_row"]++
+			c.forget(i)
+			return
+		}
+		c.l.ackUpdate(k, rev)
+		c.revs[k] = rev
+	} else {
+		c.forget(i)
+	}
+}
+
+func (c *client) delete(ctx context.Context) {
+	i := c.rng.IntN(len(c.live))
+	k := c.live[i]
+	start := time.Now()
+	err := c.r.Do(ctx, EventsTable, k.UserID, func(ctx context.Context, t Target) error {
+		_, err := t.Pool.Exec(ctx, "DELETE FROM "+t.Shard.Ident().Sanitize()+" WHERE user_id = $1 AND event_id = $2", k.UserID, k.EventID)
+		return err
+	})
+	if c.done(ctx, err, k, false, 0) {
+		c.record("delete", start)
+		c.l.ackDelete(k)
+	}
+	c.forget(i)
+}
+
+func (c *client) forget(i int) {
+	k := c.live[i]
+	c.live[i] = c.live[len(c.live)-1]
+	c.live = c.live[:len(c.live)-1]
+	delete(c.revs, k)
+}
+
+// done interprets a write's error: true when acknowledged. An error that
+// may have come after the server committed makes the row in doubt.
+func (c *client) done(ctx context.Context, err error, k Key, present bool, rev int64) bool {
+	if err == nil {
+		return true
+	}
+	if ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
+		// Stopped mid-write: the outcome is unknown.
+		c.l.doubt(k, present, rev)
+		return false
+	}
+	c.errs[classify(err)]++
+	if sent(err) {
+		c.l.doubt(k, present, rev)
+	}
+	return false
+}

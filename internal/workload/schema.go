@@ -1,0 +1,78 @@
+package workload
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/shardmover/shardmover/metadata"
+)
+
+// Table names of the GitHub data set.
+const (
+	UsersTable  = "github_users"
+	EventsTable = "github_events"
+)
+
+const usersDDL = `CREATE TABLE IF NOT EXISTS github_users (
+	user_id bigint PRIMARY KEY,
+	login text NOT NULL,
+	display_login text,
+	url text,
+	avatar_url text,
+	gravatar_id text,
+	created_at timestamp NOT NULL
+)`
+
+const eventsDDL = `CREATE TABLE IF NOT EXISTS github_events (
+	event_id bigint NOT NULL,
+	event_type text NOT NULL,
+	event_public boolean NOT NULL,
+	repo_id bigint,
+	payload jsonb,
+	repo jsonb,
+	user_id bigint NOT NULL,
+	org jsonb,
+	created_at timestamp NOT NULL,
+	PRIMARY KEY (user_id, event_id)
+)`
+
+const eventsIndex = `CREATE INDEX IF NOT EXISTS github_events_event_type ON github_events (event_type)`
+
+// Distributor is the part of metadata.Catalog that Setup needs.
+type Distributor interface {
+	Pool() *pgxpool.Pool
+	Snapshot(ctx context.Context, opts metadata.SnapshotOptions) (*metadata.Cluster, error)
+	CreateDistributedTable(ctx context.Context, opts metadata.DistributeOptions) (metadata.Table, error)
+}
+
+// Setup creates github_users and github_events on the coordinator and
+// distributes them by user_id with the given shard count, colocated. Tables
+// already distributed are left as they are.
+func Setup(ctx context.Context, cat Distributor, shards int) error {
+	for _, stmt := range []string{usersDDL, eventsDDL, eventsIndex} {
+		if _, err := cat.Pool().Exec(ctx, stmt); err != nil {
+			return fmt.Errorf("create github tables on the coordinator: %w", err)
+		}
+	}
+	cl, err := cat.Snapshot(ctx, metadata.SnapshotOptions{SkipSizes: true})
+	if err != nil {
+		return err
+	}
+	for _, spec := range []metadata.DistributeOptions{
+		{Table: UsersTable, Column: "user_id", ShardCount: shards, ColocateWith: "none"},
+		{Table: EventsTable, Column: "user_id", ColocateWith: UsersTable},
+	} {
+		if _, err := cl.Table(spec.Table); err == nil {
+			continue
+		} else if !errors.Is(err, metadata.ErrNotFound) {
+			return err
+		}
+		if _, err := cat.CreateDistributedTable(ctx, spec); err != nil {
+			return err
+		}
+	}
+	return nil
+}
