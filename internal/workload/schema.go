@@ -52,6 +52,14 @@ type Distributor interface {
 // distributes them by user_id with the given shard count, colocated. Tables
 // already distributed are left as they are.
 func Setup(ctx context.Context, cat Distributor, shards int) error {
+	// Refuse before creating anything when no worker can take shards.
+	before, err := cat.Snapshot(ctx, metadata.SnapshotOptions{SkipSizes: true})
+	if err != nil {
+		return err
+	}
+	if _, err := before.Table(EventsTable); err != nil && !hasShardWorker(before) {
+		return fmt.Errorf("%w: the cluster has no active worker that may hold shards; add one with `shardmover node add host:port` (or `shardmover sandbox add-node`)", metadata.ErrInvalid)
+	}
 	for _, stmt := range []string{usersDDL, eventsDDL, eventsIndex} {
 		if _, err := cat.Pool().Exec(ctx, stmt); err != nil {
 			return fmt.Errorf("create github tables on the coordinator: %w", err)
@@ -75,4 +83,13 @@ func Setup(ctx context.Context, cat Distributor, shards int) error {
 		}
 	}
 	return nil
+}
+
+func hasShardWorker(cl *metadata.Cluster) bool {
+	for _, n := range cl.Nodes {
+		if n.IsActive && n.ShouldHaveShards && !n.IsCoordinator() {
+			return true
+		}
+	}
+	return false
 }

@@ -1,0 +1,133 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/shardmover/shardmover/internal/sandbox"
+	"github.com/shardmover/shardmover/metadata"
+)
+
+// globals are the persistent flags.
+type globals struct {
+	coordinator  string
+	nodeConninfo string
+	sandboxDir   string
+	output       string
+	logLevel     string
+	log          *zap.Logger
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	g := &globals{}
+	root := newRoot(g)
+	err := root.ExecuteContext(ctx)
+	if g.log != nil {
+		_ = g.log.Sync()
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "shardmover: "+message(err))
+		os.Exit(exitCode(err))
+	}
+}
+
+func newRoot(g *globals) *cobra.Command {
+	root := &cobra.Command{
+		Use:           "shardmover",
+		Short:         "Online shard rebalancer for sharded PostgreSQL (Citus catalogs)",
+		Long:          "shardmover plans, moves and rebalances shard groups of sharded PostgreSQL clusters online,\nusing logical replication and an atomic placement flip.",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			if g.output != "table" && g.output != "json" {
+				return usagef("-o must be table or json, got %q", g.output)
+			}
+			lvl, err := zapcore.ParseLevel(g.logLevel)
+			if err != nil {
+				return usagef("--log-level must be debug, info, warn or error, got %q", g.logLevel)
+			}
+			cfg := zap.NewProductionConfig()
+			cfg.Level = zap.NewAtomicLevelAt(lvl)
+			cfg.Encoding = "console"
+			cfg.EncoderConfig.EncodeTime = zapcore.ISO8601TimeEncoder
+			cfg.DisableStacktrace = true
+			cfg.DisableCaller = true
+			g.log, err = cfg.Build()
+			return err
+		},
+	}
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usagef("%v", err) })
+	pf := root.PersistentFlags()
+	pf.StringVar(&g.coordinator, "coordinator", os.Getenv("SHARDMOVER_COORDINATOR"),
+		"coordinator connection string (env SHARDMOVER_COORDINATOR; default: the sandbox in --dir if running, else libpq's PG* environment)")
+	pf.StringVar(&g.nodeConninfo, "node-conninfo", "", "extra 'k=v ...' connection parameters for connections to other nodes")
+	pf.StringVar(&g.sandboxDir, "dir", ".sandbox", "sandbox directory")
+	pf.StringVarP(&g.output, "output", "o", "table", "output format: table or json")
+	pf.StringVar(&g.logLevel, "log-level", "warn", "log level: debug, info, warn, error")
+	root.AddCommand(newSandboxCmd(g), newNodeCmd(g), newTableCmd(g), newStatusCmd(g), newWorkloadCmd(g))
+	return root
+}
+
+// catalog opens the coordinator's catalog with the resolution order of
+// DESIGN.md section 11.
+func (g *globals) catalog(ctx context.Context) (*metadata.Catalog, error) {
+	dsn := g.coordinator
+	if dsn == "" {
+		if c, err := sandbox.Open(g.sandboxDir, g.log); err == nil {
+			st := c.Status(ctx)
+			if len(st) > 0 && st[0].Running {
+				dsn = c.Coordinator().DSN()
+			}
+		}
+	}
+	return metadata.Open(ctx, metadata.Config{Coordinator: dsn, NodeConninfo: g.nodeConninfo, Logger: g.log})
+}
+
+// usageError is bad input: exit code 2.
+type usageError struct{ msg string }
+
+func (e *usageError) Error() string { return e.msg }
+
+func usagef(format string, args ...any) error { return &usageError{fmt.Sprintf(format, args...)} }
+
+// exitCode maps errors to the exit codes of DESIGN.md section 11.
+func exitCode(err error) int {
+	var u *usageError
+	switch {
+	case errors.As(err, &u),
+		errors.Is(err, metadata.ErrInvalid),
+		errors.Is(err, metadata.ErrNotFound),
+		errors.Is(err, metadata.ErrExists),
+		errors.Is(err, metadata.ErrUnreachable),
+		errors.Is(err, sandbox.ErrBadConfig),
+		errors.Is(err, sandbox.ErrPortInUse),
+		errors.Is(err, sandbox.ErrNoBinaries),
+		errors.Is(err, sandbox.ErrNotRunning):
+		return 2
+	}
+	return 1
+}
+
+// message is the error as one line for people; sentinel prefixes that add
+// nothing are dropped.
+func message(err error) string {
+	msg := err.Error()
+	for _, s := range []error{metadata.ErrInvalid, metadata.ErrUnreachable, metadata.ErrNotFound, metadata.ErrExists,
+		sandbox.ErrBadConfig, sandbox.ErrPortInUse} {
+		prefix := s.Error() + ": "
+		if len(msg) > len(prefix) && msg[:len(prefix)] == prefix {
+			msg = msg[len(prefix):]
+		}
+	}
+	return msg
+}

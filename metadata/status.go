@@ -1,0 +1,132 @@
+package metadata
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"sort"
+)
+
+// StatusSchemaVersion is the version of the Status JSON document.
+const StatusSchemaVersion = 1
+
+// Status is the documented JSON form of a cluster snapshot, printed by
+// `shardmover status -o json` and read by `shardmover plan --snapshot`.
+// Fields are only ever added; see docs/status-schema.md.
+type Status struct {
+	SchemaVersion int           `json:"schema_version"`
+	Flavor        Flavor        `json:"flavor"`
+	Coordinator   string        `json:"coordinator"`
+	Nodes         []StatusNode  `json:"nodes"`
+	Tables        []StatusTable `json:"tables"`
+	ShardGroups   []StatusGroup `json:"shard_groups"`
+	Warnings      []string      `json:"warnings,omitempty"`
+}
+
+// StatusNode is one node with what it holds.
+type StatusNode struct {
+	ID               int32   `json:"id"`
+	GroupID          int32   `json:"group_id"`
+	Addr             string  `json:"addr"`
+	Role             string  `json:"role"` // "coordinator" or "worker"
+	IsActive         bool    `json:"is_active"`
+	ShouldHaveShards bool    `json:"should_have_shards"`
+	Capacity         float64 `json:"capacity"` // relative; 1 unless set
+	ShardGroups      int     `json:"shard_groups"`
+	Shards           int     `json:"shards"`
+	Bytes            int64   `json:"bytes"`
+}
+
+// StatusTable is one distributed table.
+type StatusTable struct {
+	Name         string `json:"name"`
+	Column       string `json:"column"`
+	ColumnType   string `json:"column_type"`
+	ShardCount   int    `json:"shard_count"`
+	ColocationID int32  `json:"colocation_id"`
+}
+
+// StatusGroup is one shard group and where it lives.
+type StatusGroup struct {
+	ID           string   `json:"id"` // "<colocation_id>:<index>"
+	ColocationID int32    `json:"colocation_id"`
+	Index        int      `json:"index"`
+	ShardIDs     []int64  `json:"shard_ids"`
+	Tables       []string `json:"tables"`
+	NodeID       int32    `json:"node_id"`
+	Bytes        int64    `json:"bytes"`
+	SizeKnown    bool     `json:"size_known"`
+}
+
+// Status renders the snapshot in its documented JSON form.
+func (c *Cluster) Status(coordinator string) Status {
+	st := Status{SchemaVersion: StatusSchemaVersion, Flavor: c.Flavor, Coordinator: coordinator,
+		Nodes: []StatusNode{}, Tables: []StatusTable{}, ShardGroups: []StatusGroup{}, Warnings: c.Warnings}
+	idx := map[int32]int{}
+	for _, n := range c.Nodes {
+		role := "worker"
+		if n.IsCoordinator() {
+			role = "coordinator"
+		}
+		idx[n.ID] = len(st.Nodes)
+		st.Nodes = append(st.Nodes, StatusNode{ID: n.ID, GroupID: n.GroupID, Addr: n.Addr(), Role: role,
+			IsActive: n.IsActive, ShouldHaveShards: n.ShouldHaveShards, Capacity: 1})
+	}
+	for _, t := range c.Tables {
+		st.Tables = append(st.Tables, StatusTable{Name: t.DisplayName(), Column: t.Column, ColumnType: t.ColumnType,
+			ShardCount: t.ShardCount, ColocationID: t.ColocationID})
+	}
+	for _, g := range c.Groups {
+		st.ShardGroups = append(st.ShardGroups, StatusGroup{ID: g.Key(), ColocationID: g.ColocationID, Index: g.Index,
+			ShardIDs: g.ShardIDs, Tables: g.Tables, NodeID: g.NodeID, Bytes: g.Bytes, SizeKnown: g.SizeKnown})
+		if i, ok := idx[g.NodeID]; ok {
+			st.Nodes[i].ShardGroups++
+			st.Nodes[i].Shards += len(g.ShardIDs)
+			st.Nodes[i].Bytes += g.Bytes
+		}
+	}
+	return st
+}
+
+// ReadStatus parses and validates a Status document (a snapshot file).
+func ReadStatus(r io.Reader) (Status, error) {
+	var st Status
+	dec := json.NewDecoder(r)
+	if err := dec.Decode(&st); err != nil {
+		return st, invalidf("the snapshot is not valid JSON of `shardmover status -o json`: %v", err)
+	}
+	if st.SchemaVersion < 1 || st.SchemaVersion > StatusSchemaVersion {
+		return st, invalidf("the snapshot has schema_version %d; this shardmover reads version 1 to %d", st.SchemaVersion, StatusSchemaVersion)
+	}
+	ids := map[int32]bool{}
+	for _, n := range st.Nodes {
+		if ids[n.ID] {
+			return st, invalidf("the snapshot lists node id %d twice", n.ID)
+		}
+		ids[n.ID] = true
+		if n.Capacity < 0 {
+			return st, invalidf("the snapshot gives node %s a negative capacity", n.Addr)
+		}
+	}
+	seen := map[string]bool{}
+	for _, g := range st.ShardGroups {
+		if seen[g.ID] {
+			return st, invalidf("the snapshot lists shard group %s twice", g.ID)
+		}
+		seen[g.ID] = true
+		if !ids[g.NodeID] {
+			return st, invalidf("shard group %s is on node %d, which the snapshot does not list", g.ID, g.NodeID)
+		}
+	}
+	sort.SliceStable(st.ShardGroups, func(i, j int) bool {
+		a, b := st.ShardGroups[i], st.ShardGroups[j]
+		if a.ColocationID != b.ColocationID {
+			return a.ColocationID < b.ColocationID
+		}
+		return a.Index < b.Index
+	})
+	return st, nil
+}
+
+// String names a status node for messages.
+func (n StatusNode) String() string { return fmt.Sprintf("node %d (%s)", n.ID, n.Addr) }
