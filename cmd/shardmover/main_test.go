@@ -1,0 +1,156 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/shardmover/shardmover/internal/sandbox/sandboxtest"
+)
+
+// run executes the CLI in-process and returns stdout, the error line and
+// the exit code main would use.
+func run(t *testing.T, args ...string) (string, string, int) {
+	t.Helper()
+	g := &globals{}
+	root := newRoot(g)
+	var out bytes.Buffer
+	root.SetOut(&out)
+	root.SetErr(&out)
+	root.SetArgs(args)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	err := root.ExecuteContext(ctx)
+	if err != nil {
+		return out.String(), message(err), exitCode(err)
+	}
+	return out.String(), "", 0
+}
+
+func TestHelpListsEveryCommand(t *testing.T) {
+	out, _, code := run(t, "--help")
+	require.Equal(t, 0, code)
+	root := newRoot(&globals{})
+	for _, c := range root.Commands() {
+		if c.Hidden || c.Name() == "help" || c.Name() == "completion" {
+			continue
+		}
+		assert.NotEmpty(t, c.Short, c.Name())
+		assert.Contains(t, out, c.Name())
+		for _, sub := range c.Commands() {
+			assert.NotEmpty(t, sub.Short, c.Name()+" "+sub.Name())
+		}
+	}
+}
+
+func TestBadInputExitsTwo(t *testing.T) {
+	dir := t.TempDir()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	busy := strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
+
+	cases := []struct {
+		name string
+		env  map[string]string
+		args []string
+		want string
+	}{
+		{"busy port", nil, []string{"sandbox", "up", "--dir", filepath.Join(dir, "a"), "--port", busy, "--nodes", "1"}, "already in use"},
+		{"zero nodes", nil, []string{"sandbox", "up", "--dir", filepath.Join(dir, "b"), "--nodes", "0"}, "--nodes must be at least 1"},
+		{"no binaries", map[string]string{"PG_BINDIR": filepath.Join(dir, "nothing")}, []string{"sandbox", "up", "--dir", filepath.Join(dir, "c"), "--port", "20000"}, "install Debian's postgresql-15"},
+		{"unreachable coordinator", nil, []string{"status", "--coordinator", "host=127.0.0.1 port=1 user=alice password=hunter2 dbname=x"}, "127.0.0.1:1"},
+		{"bad output", nil, []string{"status", "-o", "yaml"}, "-o must be table or json"},
+		{"unknown flag", nil, []string{"status", "--frobnicate"}, "unknown flag"},
+		{"bad node addr", nil, []string{"node", "add", "nonsense"}, "is not host:port"},
+		{"no sandbox", nil, []string{"sandbox", "status", "--dir", filepath.Join(dir, "none")}, "no sandbox"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			for k, v := range tc.env {
+				t.Setenv(k, v)
+			}
+			_, msg, code := run(t, tc.args...)
+			assert.Equal(t, 2, code, msg)
+			assert.Contains(t, msg, tc.want)
+			assert.NotContains(t, msg, "hunter2")
+			assert.NotContains(t, msg, "password")
+			assert.NotContains(t, msg, "\n", "one sentence, one line")
+		})
+	}
+	for _, d := range []string{"a", "b", "c"} {
+		_, err := os.Stat(filepath.Join(dir, d, "sandbox.json"))
+		assert.True(t, os.IsNotExist(err), "refused sandbox up must not create %s", d)
+	}
+}
+
+func TestClusterCommands(t *testing.T) {
+	c := sandboxtest.New(t, 2)
+	coord := c.Coordinator().DSN()
+	ctx := context.Background()
+
+	// Loading into a cluster with no workers is refused, changing nothing.
+	_, msg, code := run(t, "sandbox", "load", "--coordinator", coord, "--users", "10", "--events", "10")
+	require.Equal(t, 2, code, msg)
+	assert.Contains(t, msg, "has no shardmover catalogs")
+	conn, err := pgx.Connect(ctx, coord)
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	var n int
+	require.NoError(t, conn.QueryRow(ctx, "SELECT count(*) FROM pg_class WHERE relname = 'github_events'").Scan(&n))
+	assert.Zero(t, n, "a refused load must not create tables")
+
+	out, msg, code := run(t, "node", "add", c.Workers()[1].Addr(), "--coordinator", coord, "--no-shards")
+	require.Equal(t, 0, code, msg)
+	// Catalogs now exist, but no worker may hold shards.
+	_, msg, code = run(t, "sandbox", "load", "--coordinator", coord, "--users", "10", "--events", "10")
+	require.Equal(t, 2, code, msg)
+	assert.Contains(t, msg, "no active worker")
+	require.NoError(t, conn.QueryRow(ctx, "SELECT count(*) FROM pg_class WHERE relname = 'github_events'").Scan(&n))
+	assert.Zero(t, n, "a refused load must not create tables")
+
+	w := c.Workers()[0]
+	out, msg, code = run(t, "node", "add", w.Addr(), "--coordinator", coord)
+	require.Equal(t, 0, code, msg)
+	assert.Contains(t, out, "registered "+w.Addr())
+	_, msg, code = run(t, "node", "add", w.Addr(), "--coordinator", coord)
+	assert.Equal(t, 2, code)
+	assert.Contains(t, msg, "already registered")
+
+	_, err = conn.Exec(ctx, "CREATE TABLE items (id bigint PRIMARY KEY, name text)")
+	require.NoError(t, err)
+	_, msg, code = run(t, "table", "create", "items", "--column", "nope", "--shards", "4", "--coordinator", coord)
+	assert.Equal(t, 2, code)
+	assert.Contains(t, msg, `no column "nope"`)
+	out, msg, code = run(t, "table", "create", "items", "--column", "id", "--shards", "4", "--coordinator", coord)
+	require.Equal(t, 0, code, msg)
+	assert.Contains(t, out, "into 4 shards")
+	_, msg, code = run(t, "table", "create", "items", "--column", "id", "--shards", "4", "--coordinator", coord)
+	assert.Equal(t, 2, code)
+	assert.Contains(t, msg, "already distributed")
+
+	out, msg, code = run(t, "sandbox", "load", "--coordinator", coord, "--users", "50", "--events", "500", "--shards", "4")
+	require.Equal(t, 0, code, msg)
+	assert.Contains(t, out, "loaded 50 users and 500 events")
+	out, msg, code = run(t, "status", "--coordinator", coord)
+	require.Equal(t, 0, code, msg)
+	assert.Contains(t, out, "github_events")
+	assert.Contains(t, out, w.Addr())
+	out, msg, code = run(t, "status", "-o", "json", "--coordinator", coord)
+	require.Equal(t, 0, code, msg)
+	assert.True(t, strings.HasPrefix(out, "{"))
+	assert.Contains(t, out, `"schema_version": 1`)
+	out, msg, code = run(t, "workload", "--coordinator", coord, "--duration", "1s", "--clients", "2", "--users", "50")
+	require.Equal(t, 0, code, msg)
+	assert.Contains(t, out, "ledger: PASS")
+}
