@@ -51,11 +51,12 @@ type IndexDef struct {
 }
 
 // CreateStatement renders CREATE TABLE for target. Constraint names get the
-// suffix (names are unique per schema, and a node holds many shards).
+// suffix (names are unique per schema, and a node holds many shards); an
+// empty suffix keeps them.
 func (d TableDDL) CreateStatement(target pgx.Identifier, suffix string) string {
 	parts := append([]string(nil), d.Columns...)
 	for _, c := range d.Constraints {
-		parts = append(parts, "CONSTRAINT "+pgx.Identifier{truncateIdent(c.Name + "_" + suffix)}.Sanitize()+" "+c.Def)
+		parts = append(parts, "CONSTRAINT "+pgx.Identifier{suffixed(c.Name, suffix)}.Sanitize()+" "+c.Def)
 	}
 	return "CREATE TABLE IF NOT EXISTS " + target.Sanitize() + " (\n\t" + strings.Join(parts, ",\n\t") + "\n)"
 }
@@ -69,13 +70,19 @@ func (d TableDDL) IndexStatements(target pgx.Identifier, suffix string) []string
 		if ix.Unique {
 			u = "UNIQUE "
 		}
-		name := pgx.Identifier{truncateIdent(ix.Name + "_" + suffix)}.Sanitize()
+		name := pgx.Identifier{suffixed(ix.Name, suffix)}.Sanitize()
 		out = append(out, "CREATE "+u+"INDEX IF NOT EXISTS "+name+" ON "+target.Sanitize()+" "+ix.Body)
 	}
 	return out
 }
 
-func truncateIdent(s string) string {
+// suffixed is name_suffix cut to PostgreSQL's 63 bytes, or name itself when
+// suffix is empty (a moved shard keeps its names).
+func suffixed(name, suffix string) string {
+	if suffix == "" {
+		return name
+	}
+	s := name + "_" + suffix
 	if len(s) > 63 {
 		return s[:63]
 	}

@@ -71,18 +71,17 @@ var compatDDL = []string{
 	)`,
 }
 
-// Install creates the compat catalogs (idempotent) and registers the
-// coordinator as group 0 with shouldhaveshards = false, as Citus's
-// citus_set_coordinator_host does. On a citus cluster it only checks that
-// the catalogs are there.
+// Install creates the compat catalogs and the journal (idempotent) and
+// registers the coordinator as group 0 with shouldhaveshards = false, as
+// Citus's citus_set_coordinator_host does. On a citus cluster it only
+// installs the journal.
 func (c *Catalog) Install(ctx context.Context) error {
 	if c.flavor == Citus {
-		var n int
-		return c.pool.QueryRow(ctx, "SELECT count(*) FROM pg_catalog.pg_dist_node").Scan(&n)
+		return c.InstallJournal(ctx)
 	}
 	cfg := c.pool.Config().ConnConfig
 	return c.tx(ctx, func(tx pgx.Tx) error {
-		for _, stmt := range compatDDL {
+		for _, stmt := range append(append([]string(nil), compatDDL...), journalDDL...) {
 			if _, err := tx.Exec(ctx, stmt); err != nil {
 				return fmt.Errorf("install catalogs: %w", err)
 			}

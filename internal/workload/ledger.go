@@ -30,6 +30,9 @@ type RowState struct {
 
 // Ledger records every acknowledged write of a workload run.
 type Ledger struct {
+	// RunID separates the rows of successive runs on one cluster.
+	RunID uint8
+
 	mu   sync.Mutex
 	rows map[Key]*RowState
 
@@ -103,6 +106,8 @@ type Verdict struct {
 	Duplicated   int      `json:"duplicated"`
 	Misplaced    int      `json:"misplaced"`
 	Violations   []string `json:"violations,omitempty"`
+	// BadKeys are the rows named by violations.
+	BadKeys []Key `json:"-"`
 }
 
 // OK reports whether no violation was found.
@@ -116,7 +121,7 @@ func (v *Verdict) violate(format string, args ...any) {
 	}
 }
 
-// Check reads the workload's rows (event_id >= WorkloadEventBase) from
+// Check reads the rows of the ledger's run (event ids from RunBase(RunID)) from
 // every shard's placement, as fresh metadata names it, and compares them
 // with the ledger.
 func Check(ctx context.Context, r *Router, l *Ledger) (Verdict, error) {
@@ -151,7 +156,7 @@ func Check(ctx context.Context, r *Router, l *Ledger) (Verdict, error) {
 			return v, err
 		}
 		rows, err := pool.Query(ctx, "SELECT user_id, event_id, coalesce((payload->>'rev')::bigint, -1) FROM "+
-			sh.Ident().Sanitize()+" WHERE event_id >= $1", WorkloadEventBase)
+			sh.Ident().Sanitize()+" WHERE event_id >= $1 AND event_id < $2", RunBase(l.RunID), RunBase(l.RunID)+1<<40)
 		if err != nil {
 			return v, fmt.Errorf("read %s on %s: %w", sh.Name(), n.Addr(), err)
 		}
@@ -208,16 +213,17 @@ func Check(ctx context.Context, r *Router, l *Ledger) (Verdict, error) {
 		if okState(want.Present, want.Rev) || (want.InDoubt && okState(want.AltPresent, want.AltRev)) {
 			continue
 		}
+		v.BadKeys = append(v.BadKeys, k)
 		switch {
 		case want.Present && !present:
 			v.Lost++
-			v.violate("acknowledged row %v (rev %d) is missing", k, want.Rev)
+			v.violate("acknowledged row %v (rev %d) is missing from shard %d", k, want.Rev, shardOf(cl, t, k.UserID))
 		case !want.Present && present:
 			v.Resurrected++
-			v.violate("acknowledged delete of %v, but the row is present (rev %d)", k, got.rev)
+			v.violate("acknowledged delete of %v, but the row is present in shard %d (rev %d)", k, got.shard, got.rev)
 		default:
 			v.WrongValue++
-			v.violate("row %v has rev %d, the last acknowledged update set %d", k, got.rev, want.Rev)
+			v.violate("row %v in shard %d has rev %d, the last acknowledged update set %d", k, got.shard, got.rev, want.Rev)
 		}
 	}
 	for k := range found {
@@ -233,9 +239,21 @@ func Check(ctx context.Context, r *Router, l *Ledger) (Verdict, error) {
 // stays below it.
 const WorkloadEventBase int64 = 1 << 50
 
+// RunBase is the first event id of a run: runs on one cluster never share
+// ids, and each run's check reads only its own rows.
+func RunBase(run uint8) int64 { return WorkloadEventBase + int64(run)<<40 }
+
 // Latency is one acknowledged write's timing.
 type Latency struct {
 	At  time.Time
 	Dur time.Duration
 	Op  string
+}
+
+func shardOf(cl *metadata.Cluster, t metadata.Table, userID int64) int64 {
+	sh, err := cl.ShardFor(t, userID)
+	if err != nil {
+		return 0
+	}
+	return sh.ID
 }

@@ -22,6 +22,8 @@ type RunOptions struct {
 	InsertPct, UpdatePct, DeletePct int
 	// Pause between a client's operations (0: as fast as possible).
 	Pause time.Duration
+	// RunID keeps this run's rows apart from other runs' (0..255).
+	RunID uint8
 }
 
 // DefaultRunOptions: 8 clients for 30 s, 50% inserts, 35% updates, 15% deletes.
@@ -76,6 +78,7 @@ func Run(ctx context.Context, r *Router, opts RunOptions) (RunResult, error) {
 	ctx, cancel := context.WithTimeout(ctx, opts.Duration)
 	defer cancel()
 	res := RunResult{Ledger: NewLedger(), Errors: map[string]int64{}}
+	res.Ledger.RunID = opts.RunID
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	r0, f0 := r.Stats()
@@ -170,7 +173,7 @@ func (c *client) record(op string, start time.Time) {
 func (c *client) insert(ctx context.Context) {
 	c.seq++
 	userID := c.gen.NextUserID()
-	eventID := WorkloadEventBase + int64(c.id)<<32 + c.seq
+	eventID := RunBase(c.opts.RunID) + int64(c.id)<<32 + c.seq
 	e := c.gen.EventFor(eventID, userID, c.rng)
 	k := Key{userID, eventID}
 	start := time.Now()

@@ -1,0 +1,546 @@
+package metadata
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// The journal (schema shardmover on the coordinator, DESIGN.md section 8)
+// records jobs, moves, every phase change and every artifact a move creates.
+// A move's phase column is the truth its mover resumes from.
+
+// ErrPhaseConflict is returned by SetPhase when the move is no longer in the
+// phase the caller expected: another mover, or a cancel, changed it.
+var ErrPhaseConflict = errors.New("move phase changed underneath")
+
+// ErrGroupBusy marks a shard group that another unfinished move already holds.
+var ErrGroupBusy = errors.New("shard group is held by another move")
+
+var journalDDL = []string{
+	`CREATE SCHEMA IF NOT EXISTS shardmover`,
+	`CREATE TABLE IF NOT EXISTS shardmover.jobs (
+		id bigserial PRIMARY KEY,
+		kind text NOT NULL,
+		state text NOT NULL DEFAULT 'running',
+		strategy text NOT NULL DEFAULT '',
+		created_at timestamptz NOT NULL DEFAULT now(),
+		started_at timestamptz,
+		finished_at timestamptz,
+		error text NOT NULL DEFAULT ''
+	)`,
+	`CREATE TABLE IF NOT EXISTS shardmover.moves (
+		id bigserial PRIMARY KEY,
+		job_id bigint NOT NULL REFERENCES shardmover.jobs (id),
+		colocation_id integer NOT NULL,
+		shard_index integer NOT NULL,
+		shard_ids bigint[] NOT NULL,
+		shard_tables text[] NOT NULL,
+		source_group integer NOT NULL,
+		target_group integer NOT NULL,
+		phase text NOT NULL DEFAULT 'scheduled',
+		bytes_total bigint NOT NULL DEFAULT 0,
+		bytes_copied bigint NOT NULL DEFAULT 0,
+		source_lsn pg_lsn,
+		applied_lsn pg_lsn,
+		cutover_committed boolean NOT NULL DEFAULT false,
+		cancel_requested boolean NOT NULL DEFAULT false,
+		error text NOT NULL DEFAULT '',
+		attempts integer NOT NULL DEFAULT 0,
+		created_at timestamptz NOT NULL DEFAULT now(),
+		updated_at timestamptz NOT NULL DEFAULT now()
+	)`,
+	// One unfinished move per shard group, enforced by the database.
+	`CREATE UNIQUE INDEX IF NOT EXISTS moves_one_active_per_group ON shardmover.moves (colocation_id, shard_index)
+		WHERE phase NOT IN ('done', 'failed', 'cancelled')`,
+	`CREATE TABLE IF NOT EXISTS shardmover.move_log (
+		id bigserial PRIMARY KEY,
+		move_id bigint NOT NULL REFERENCES shardmover.moves (id),
+		from_phase text NOT NULL,
+		to_phase text NOT NULL,
+		message text NOT NULL DEFAULT '',
+		at timestamptz NOT NULL DEFAULT now()
+	)`,
+	`CREATE TABLE IF NOT EXISTS shardmover.cleanup (
+		id bigserial PRIMARY KEY,
+		move_id bigint REFERENCES shardmover.moves (id),
+		node_group integer NOT NULL,
+		object_type text NOT NULL,
+		name text NOT NULL,
+		policy text NOT NULL,
+		created_at timestamptz NOT NULL DEFAULT now()
+	)`,
+}
+
+// Cleanup policies.
+const (
+	// CleanupAlways: drop when the move ends, whatever its outcome (slot,
+	// publication, origin).
+	CleanupAlways = "always"
+	// CleanupOnFailure: drop when the move fails or is cancelled (the target
+	// copy); forget when it succeeds.
+	CleanupOnFailure = "on_failure"
+	// CleanupDeferred: drop after a grace period (the fenced old shards).
+	CleanupDeferred = "deferred"
+)
+
+// Job is a row of shardmover.jobs.
+type Job struct {
+	ID         int64      `json:"id"`
+	Kind       string     `json:"kind"`
+	State      string     `json:"state"`
+	Strategy   string     `json:"strategy"`
+	CreatedAt  time.Time  `json:"created_at"`
+	StartedAt  *time.Time `json:"started_at,omitempty"`
+	FinishedAt *time.Time `json:"finished_at,omitempty"`
+	Error      string     `json:"error,omitempty"`
+}
+
+// Move is a row of shardmover.moves.
+type Move struct {
+	ID               int64     `json:"id"`
+	JobID            int64     `json:"job_id"`
+	ColocationID     int32     `json:"colocation_id"`
+	ShardIndex       int       `json:"shard_index"`
+	ShardIDs         []int64   `json:"shard_ids"`
+	ShardTables      []string  `json:"shard_tables"` // schema.name of each shard table
+	SourceGroup      int32     `json:"source_group"`
+	TargetGroup      int32     `json:"target_group"`
+	Phase            string    `json:"phase"`
+	BytesTotal       int64     `json:"bytes_total"`
+	BytesCopied      int64     `json:"bytes_copied"`
+	SourceLSN        string    `json:"source_lsn,omitempty"`
+	AppliedLSN       string    `json:"applied_lsn,omitempty"`
+	CutoverCommitted bool      `json:"cutover_committed"`
+	CancelRequested  bool      `json:"cancel_requested"`
+	Error            string    `json:"error,omitempty"`
+	Attempts         int       `json:"attempts"`
+	CreatedAt        time.Time `json:"created_at"`
+	UpdatedAt        time.Time `json:"updated_at"`
+}
+
+// Name is the name of every replication artifact of the move.
+func (m Move) Name() string { return fmt.Sprintf("shardmover_%d", m.ID) }
+
+// Terminal reports whether the move has ended.
+func (m Move) Terminal() bool {
+	return m.Phase == "done" || m.Phase == "failed" || m.Phase == "cancelled"
+}
+
+// MoveSpec asks for one move.
+type MoveSpec struct {
+	Group       ShardGroup
+	ShardTables []string
+	SourceGroup int32
+	TargetGroup int32
+}
+
+// CleanupRecord is a row of shardmover.cleanup.
+type CleanupRecord struct {
+	ID         int64     `json:"id"`
+	MoveID     *int64    `json:"move_id,omitempty"`
+	NodeGroup  int32     `json:"node_group"`
+	ObjectType string    `json:"object_type"` // slot, publication, origin, table, prepared
+	Name       string    `json:"name"`
+	Policy     string    `json:"policy"`
+	CreatedAt  time.Time `json:"created_at"`
+}
+
+// InstallJournal creates the journal schema (idempotent).
+func (c *Catalog) InstallJournal(ctx context.Context) error {
+	return c.tx(ctx, func(tx pgx.Tx) error {
+		for _, stmt := range journalDDL {
+			if _, err := tx.Exec(ctx, stmt); err != nil {
+				return fmt.Errorf("install journal: %w", err)
+			}
+		}
+		return nil
+	})
+}
+
+const moveColumns = `id, job_id, colocation_id, shard_index, shard_ids, shard_tables, source_group, target_group,
+	phase, bytes_total, bytes_copied, coalesce(source_lsn::text, ''), coalesce(applied_lsn::text, ''),
+	cutover_committed, cancel_requested, error, attempts, created_at, updated_at`
+
+func scanMove(r pgx.CollectableRow) (Move, error) {
+	var m Move
+	err := r.Scan(&m.ID, &m.JobID, &m.ColocationID, &m.ShardIndex, &m.ShardIDs, &m.ShardTables, &m.SourceGroup,
+		&m.TargetGroup, &m.Phase, &m.BytesTotal, &m.BytesCopied, &m.SourceLSN, &m.AppliedLSN,
+		&m.CutoverCommitted, &m.CancelRequested, &m.Error, &m.Attempts, &m.CreatedAt, &m.UpdatedAt)
+	return m, err
+}
+
+const jobColumns = `id, kind, state, strategy, created_at, started_at, finished_at, error`
+
+func scanJob(r pgx.CollectableRow) (Job, error) {
+	var j Job
+	err := r.Scan(&j.ID, &j.Kind, &j.State, &j.Strategy, &j.CreatedAt, &j.StartedAt, &j.FinishedAt, &j.Error)
+	return j, err
+}
+
+// CreateJob records a job and its moves (phase scheduled) in one
+// transaction. A shard group already held by an unfinished move makes the
+// whole job fail with ErrGroupBusy and records nothing.
+func (c *Catalog) CreateJob(ctx context.Context, kind, strategy string, specs []MoveSpec) (Job, []Move, error) {
+	var job Job
+	var moves []Move
+	err := c.tx(ctx, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `INSERT INTO shardmover.jobs (kind, strategy, started_at) VALUES ($1, $2, now()) RETURNING `+jobColumns, kind, strategy)
+		if err != nil {
+			return err
+		}
+		if job, err = pgx.CollectExactlyOneRow(rows, scanJob); err != nil {
+			return err
+		}
+		for _, s := range specs {
+			var holder int64
+			err := tx.QueryRow(ctx, `SELECT id FROM shardmover.moves WHERE colocation_id = $1 AND shard_index = $2
+				AND phase NOT IN ('done', 'failed', 'cancelled')`, s.Group.ColocationID, s.Group.Index).Scan(&holder)
+			if err == nil {
+				job := holderJob(ctx, tx, holder)
+				return fmt.Errorf("%w: shard group %s (shards %v) is already being moved by move %d of job %d; let it finish or cancel it with `shardmover jobs cancel %d`",
+					ErrGroupBusy, s.Group.Key(), s.Group.ShardIDs, holder, job, job)
+			}
+			if !errors.Is(err, pgx.ErrNoRows) {
+				return err
+			}
+			rows, err := tx.Query(ctx, `INSERT INTO shardmover.moves (job_id, colocation_id, shard_index, shard_ids, shard_tables,
+				source_group, target_group, bytes_total) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING `+moveColumns,
+				job.ID, s.Group.ColocationID, s.Group.Index, s.Group.ShardIDs, s.ShardTables, s.SourceGroup, s.TargetGroup, s.Group.Bytes)
+			if err != nil {
+				return err
+			}
+			m, err := pgx.CollectExactlyOneRow(rows, scanMove)
+			if err != nil {
+				return err
+			}
+			moves = append(moves, m)
+		}
+		return nil
+	})
+	if err != nil {
+		return Job{}, nil, err
+	}
+	return job, moves, nil
+}
+
+func holderJob(ctx context.Context, tx pgx.Tx, move int64) int64 {
+	var j int64
+	_ = tx.QueryRow(ctx, "SELECT job_id FROM shardmover.moves WHERE id = $1", move).Scan(&j)
+	return j
+}
+
+// Move reads one move.
+func (c *Catalog) Move(ctx context.Context, id int64) (Move, error) {
+	rows, err := c.pool.Query(ctx, "SELECT "+moveColumns+" FROM shardmover.moves WHERE id = $1", id)
+	if err != nil {
+		return Move{}, err
+	}
+	m, err := pgx.CollectExactlyOneRow(rows, scanMove)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Move{}, fmt.Errorf("%w: there is no move %d", ErrNotFound, id)
+	}
+	return m, err
+}
+
+// MoveFilter selects moves.
+type MoveFilter struct {
+	JobID      int64 // 0: any job
+	ActiveOnly bool
+}
+
+// Moves lists moves ordered by id.
+func (c *Catalog) Moves(ctx context.Context, f MoveFilter) ([]Move, error) {
+	ok, err := c.journalInstalled(ctx)
+	if err != nil || !ok {
+		return nil, err
+	}
+	rows, err := c.pool.Query(ctx, "SELECT "+moveColumns+` FROM shardmover.moves
+		WHERE ($1 = 0 OR job_id = $1) AND (NOT $2 OR phase NOT IN ('done', 'failed', 'cancelled')) ORDER BY id`, f.JobID, f.ActiveOnly)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, scanMove)
+}
+
+// Job reads one job.
+func (c *Catalog) Job(ctx context.Context, id int64) (Job, error) {
+	rows, err := c.pool.Query(ctx, "SELECT "+jobColumns+" FROM shardmover.jobs WHERE id = $1", id)
+	if err != nil {
+		return Job{}, err
+	}
+	j, err := pgx.CollectExactlyOneRow(rows, scanJob)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Job{}, fmt.Errorf("%w: there is no job %d", ErrNotFound, id)
+	}
+	return j, err
+}
+
+// Jobs lists jobs, newest first.
+func (c *Catalog) Jobs(ctx context.Context, limit int) ([]Job, error) {
+	ok, err := c.journalInstalled(ctx)
+	if err != nil || !ok {
+		return nil, err
+	}
+	rows, err := c.pool.Query(ctx, "SELECT "+jobColumns+" FROM shardmover.jobs ORDER BY id DESC LIMIT $1", limit)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, scanJob)
+}
+
+func (c *Catalog) journalInstalled(ctx context.Context) (bool, error) {
+	var ok bool
+	err := c.pool.QueryRow(ctx, "SELECT to_regclass('shardmover.moves') IS NOT NULL").Scan(&ok)
+	return ok, err
+}
+
+// SetPhase moves a move from one phase to another, and logs the change, in
+// one transaction. It fails with ErrPhaseConflict when the move is not in
+// phase from. errText is stored in moves.error (empty clears it).
+func (c *Catalog) SetPhase(ctx context.Context, id int64, from, to, msg, errText string) error {
+	return pgx.BeginTxFunc(ctx, c.pool, pgx.TxOptions{}, func(tx pgx.Tx) error {
+		return setPhaseTx(ctx, tx, id, from, to, msg, errText)
+	})
+}
+
+func setPhaseTx(ctx context.Context, tx pgx.Tx, id int64, from, to, msg, errText string) error {
+	tag, err := tx.Exec(ctx, `UPDATE shardmover.moves SET phase = $3, error = $4, updated_at = now(),
+		attempts = attempts + CASE WHEN $3 = 'preflight' THEN 1 ELSE 0 END
+		WHERE id = $1 AND phase = $2`, id, from, to, errText)
+	if err != nil {
+		return fmt.Errorf("set phase of move %d: %w", id, err)
+	}
+	if tag.RowsAffected() != 1 {
+		return fmt.Errorf("%w: move %d is not in phase %s", ErrPhaseConflict, id, from)
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO shardmover.move_log (move_id, from_phase, to_phase, message) VALUES ($1, $2, $3, $4)`,
+		id, from, to, msg); err != nil {
+		return fmt.Errorf("log phase of move %d: %w", id, err)
+	}
+	return nil
+}
+
+// SetProgress records copy progress and replication positions ("" keeps an
+// LSN as it is).
+func (c *Catalog) SetProgress(ctx context.Context, id, bytesCopied, bytesTotal int64, sourceLSN, appliedLSN string) error {
+	_, err := c.pool.Exec(ctx, `UPDATE shardmover.moves SET bytes_copied = $2, bytes_total = greatest(bytes_total, $3),
+		source_lsn = coalesce(nullif($4, '')::pg_lsn, source_lsn), applied_lsn = coalesce(nullif($5, '')::pg_lsn, applied_lsn),
+		updated_at = now() WHERE id = $1`, id, bytesCopied, bytesTotal, sourceLSN, appliedLSN)
+	return err
+}
+
+// RequestCancel asks the move's mover to cancel it. A move past its
+// cutover decision cannot be cancelled (ErrInvalid); a terminal one is left
+// as it is.
+func (c *Catalog) RequestCancel(ctx context.Context, id int64) (Move, error) {
+	m, err := c.Move(ctx, id)
+	if err != nil {
+		return m, err
+	}
+	if m.Terminal() {
+		return m, nil
+	}
+	if m.CutoverCommitted {
+		return m, invalidf("move %d is past its cutover decision and will complete; it cannot be cancelled", id)
+	}
+	_, err = c.pool.Exec(ctx, "UPDATE shardmover.moves SET cancel_requested = true, updated_at = now() WHERE id = $1 AND NOT cutover_committed", id)
+	return m, err
+}
+
+// MoveLog is one phase change.
+type MoveLog struct {
+	From    string    `json:"from"`
+	To      string    `json:"to"`
+	Message string    `json:"message,omitempty"`
+	At      time.Time `json:"at"`
+}
+
+// MoveHistory returns a move's phase changes in order.
+func (c *Catalog) MoveHistory(ctx context.Context, id int64) ([]MoveLog, error) {
+	rows, err := c.pool.Query(ctx, "SELECT from_phase, to_phase, message, at FROM shardmover.move_log WHERE move_id = $1 ORDER BY id", id)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowToStructByPos[MoveLog])
+}
+
+// FinishJob sets a job's final state.
+func (c *Catalog) FinishJob(ctx context.Context, id int64, state, errText string) error {
+	_, err := c.pool.Exec(ctx, "UPDATE shardmover.jobs SET state = $2, error = $3, finished_at = now() WHERE id = $1", id, state, errText)
+	return err
+}
+
+// AddCleanup records an artifact before it is created, so nothing leaks.
+func (c *Catalog) AddCleanup(ctx context.Context, moveID int64, nodeGroup int32, objType, name, policy string) error {
+	_, err := c.pool.Exec(ctx, `INSERT INTO shardmover.cleanup (move_id, node_group, object_type, name, policy)
+		SELECT $1, $2, $3, $4, $5 WHERE NOT EXISTS (SELECT 1 FROM shardmover.cleanup
+			WHERE move_id = $1 AND node_group = $2 AND object_type = $3 AND name = $4)`, moveID, nodeGroup, objType, name, policy)
+	if err != nil {
+		return fmt.Errorf("record cleanup of %s %s: %w", objType, name, err)
+	}
+	return nil
+}
+
+// Cleanups lists cleanup records: of one move (moveID > 0) or all.
+func (c *Catalog) Cleanups(ctx context.Context, moveID int64) ([]CleanupRecord, error) {
+	ok, err := c.journalInstalled(ctx)
+	if err != nil || !ok {
+		return nil, err
+	}
+	rows, err := c.pool.Query(ctx, `SELECT id, move_id, node_group, object_type, name, policy, created_at
+		FROM shardmover.cleanup WHERE $1 = 0 OR move_id = $1 ORDER BY id`, moveID)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowToStructByPos[CleanupRecord])
+}
+
+// RemoveCleanup deletes a record once its artifact is gone.
+func (c *Catalog) RemoveCleanup(ctx context.Context, id int64) error {
+	_, err := c.pool.Exec(ctx, "DELETE FROM shardmover.cleanup WHERE id = $1", id)
+	return err
+}
+
+// ForgetCleanups deletes a move's records of one policy (on success, the
+// target copy is no longer something to drop).
+func (c *Catalog) ForgetCleanups(ctx context.Context, moveID int64, policy string) error {
+	_, err := c.pool.Exec(ctx, "DELETE FROM shardmover.cleanup WHERE move_id = $1 AND policy = $2", moveID, policy)
+	return err
+}
+
+// CutoverFlip is the decision of a move's cutover.
+type CutoverFlip struct {
+	MoveID      int64
+	ShardIDs    []int64
+	SourceGroup int32
+	TargetGroup int32
+	// OldTables are the fenced shard tables left on the source, dropped
+	// after a grace period.
+	OldTables []string
+	// Lease is the mover's lease on the move: the decision is refused unless
+	// the lease's session still holds the move's lock, so a mover that lost
+	// its lease (and whose prepared transaction another mover may be
+	// settling) can never flip.
+	Lease *Lease
+}
+
+// CommitCutover is step 5 of DESIGN.md 5.1: in one coordinator transaction
+// it points every shard's placement at the target group, marks the move
+// cutover_committed (phase cutover -> cleanup), and records the deferred
+// drop of the old shards. Committing it is the decision.
+//
+// An error that leaves the outcome unknown (the connection broke during
+// COMMIT) is returned as is; the caller must then read the move again.
+func (c *Catalog) CommitCutover(ctx context.Context, f CutoverFlip) error {
+	if c.flavor == Citus {
+		return invalidf("moves on Citus clusters are not supported yet; use Citus's citus_move_shard_placement")
+	}
+	return pgx.BeginTxFunc(ctx, c.pool, pgx.TxOptions{}, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", metadataLockKey); err != nil {
+			return err
+		}
+		var phase string
+		var cancel bool
+		if err := tx.QueryRow(ctx, "SELECT phase, cancel_requested FROM shardmover.moves WHERE id = $1 FOR UPDATE", f.MoveID).Scan(&phase, &cancel); err != nil {
+			return fmt.Errorf("lock move %d: %w", f.MoveID, err)
+		}
+		if phase != "cutover" {
+			return fmt.Errorf("%w: move %d is in phase %s, not cutover", ErrPhaseConflict, f.MoveID, phase)
+		}
+		if cancel {
+			return fmt.Errorf("%w: move %d was cancelled before its decision", ErrPhaseConflict, f.MoveID)
+		}
+		if f.Lease == nil {
+			return fmt.Errorf("commit cutover of move %d: no lease", f.MoveID)
+		}
+		var held bool
+		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted
+			AND classid = $1 AND objid = $2 AND objsubid = 2 AND pid = $3)`, uint32(moveLockClass), uint32(int32(f.MoveID)), f.Lease.pid).Scan(&held); err != nil {
+			return err
+		}
+		if !held {
+			return fmt.Errorf("%w: the mover lost its lease on move %d; nothing flipped", ErrPhaseConflict, f.MoveID)
+		}
+		tag, err := tx.Exec(ctx, `UPDATE shardmover_catalog.pg_dist_placement SET groupid = $3
+			WHERE shardid = ANY($1) AND groupid = $2`, f.ShardIDs, f.SourceGroup, f.TargetGroup)
+		if err != nil {
+			return fmt.Errorf("flip placements: %w", err)
+		}
+		if int(tag.RowsAffected()) != len(f.ShardIDs) {
+			return fmt.Errorf("flip placements of move %d: %d of %d shards were on group %d; the catalog changed underneath, nothing flipped",
+				f.MoveID, tag.RowsAffected(), len(f.ShardIDs), f.SourceGroup)
+		}
+		if _, err := tx.Exec(ctx, "UPDATE shardmover.moves SET cutover_committed = true WHERE id = $1", f.MoveID); err != nil {
+			return err
+		}
+		for _, t := range f.OldTables {
+			if _, err := tx.Exec(ctx, `INSERT INTO shardmover.cleanup (move_id, node_group, object_type, name, policy)
+				VALUES ($1, $2, 'table', $3, $4)`, f.MoveID, f.SourceGroup, t, CleanupDeferred); err != nil {
+				return err
+			}
+		}
+		if _, err := tx.Exec(ctx, "DELETE FROM shardmover.cleanup WHERE move_id = $1 AND policy = $2", f.MoveID, CleanupOnFailure); err != nil {
+			return err
+		}
+		return setPhaseTx(ctx, tx, f.MoveID, "cutover", "cleanup", "placements flipped", "")
+	})
+}
+
+// IsUnknownOutcome reports whether err may have come after the server
+// committed (a broken connection during COMMIT).
+func IsUnknownOutcome(err error) bool {
+	if err == nil {
+		return false
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return false
+	}
+	return !pgconn.SafeToRetry(err)
+}
+
+// Lease is the right to run one move: a session advisory lock held on a
+// dedicated coordinator connection. When the holder dies, its connection
+// drops, the lock is released, and another mover may claim the move.
+type Lease struct {
+	conn   *pgx.Conn
+	pid    uint32
+	MoveID int64
+}
+
+// moveLockClass is the first key of move advisory locks.
+const moveLockClass int32 = 0x534d
+
+// TryLease claims move id; ok is false when another mover holds it.
+func (c *Catalog) TryLease(ctx context.Context, id int64) (*Lease, bool, error) {
+	cfg := c.pool.Config().ConnConfig.Copy()
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return nil, false, fmt.Errorf("connect to coordinator for a move lease: %w", err)
+	}
+	var ok bool
+	if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1, $2::int)", moveLockClass, int32(id)).Scan(&ok); err != nil {
+		conn.Close(ctx)
+		return nil, false, err
+	}
+	if !ok {
+		conn.Close(ctx)
+		return nil, false, nil
+	}
+	return &Lease{conn: conn, pid: conn.PgConn().PID(), MoveID: id}, true, nil
+}
+
+// Alive reports whether the lease's connection still holds the lock.
+func (l *Lease) Alive(ctx context.Context) bool {
+	return l.conn.Ping(ctx) == nil
+}
+
+// Release gives the move up.
+func (l *Lease) Release(ctx context.Context) {
+	_ = l.conn.Close(ctx)
+}
