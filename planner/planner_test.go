@@ -1,0 +1,204 @@
+package planner
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"testing"
+	"unicode"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func simpleInput() Input {
+	in := DefaultInput(ByShardCount)
+	in.Nodes = []Node{
+		{ID: 1, Name: "w1:5432", Capacity: 1, ShouldHaveShards: true},
+		{ID: 2, Name: "w2:5432", Capacity: 1, ShouldHaveShards: true},
+	}
+	for i := range 4 {
+		in.Groups = append(in.Groups, Group{ID: fmt.Sprintf("c1:%d", i), ColocationID: 1, Index: i, Node: 1, ShardIDs: []int64{int64(100 + i)}, Tables: []string{"t"}})
+	}
+	return in
+}
+
+func TestParseStrategy(t *testing.T) {
+	for name, want := range map[string]Strategy{"by_shard_count": ByShardCount, "by_disk_size": ByDiskSize, " BY_DISK_SIZE ": ByDiskSize} {
+		got, err := ParseStrategy(name)
+		require.NoError(t, err)
+		assert.Equal(t, want, got)
+		assert.Equal(t, strings.ToLower(strings.TrimSpace(name)), got.String())
+	}
+	_, err := ParseStrategy("by_cpu")
+	require.Error(t, err)
+	assert.ErrorIs(t, err, ErrInvalidInput)
+	assert.Contains(t, err.Error(), "by_shard_count, by_disk_size")
+}
+
+func TestEnums(t *testing.T) {
+	assert.Equal(t, "Strategy(0)", Strategy(0).String())
+	assert.Equal(t, "Reason(0)", Reason(0).String())
+	assert.Equal(t, "SkipReason(0)", SkipReason(0).String())
+	for r, name := range map[Reason]string{ReasonDrain: "drain", ReasonIsolate: "isolate", ReasonNotAllowed: "not_allowed", ReasonBalance: "balance"} {
+		assert.Equal(t, name, r.String())
+		var back Reason
+		require.NoError(t, back.UnmarshalText([]byte(name)))
+		assert.Equal(t, r, back)
+	}
+	for r, name := range map[SkipReason]string{SkipExcluded: "excluded", SkipNotAllowedAnywhere: "not_allowed_anywhere", SkipNoRoom: "no_room",
+		SkipBelowImprovementThreshold: "below_improvement_threshold", SkipMaxMoves: "max_moves_reached"} {
+		assert.Equal(t, name, r.String())
+		var back SkipReason
+		require.NoError(t, back.UnmarshalText([]byte(name)))
+		assert.Equal(t, r, back)
+	}
+}
+
+func TestResultJSON(t *testing.T) {
+	in := simpleInput()
+	in.Nodes = append(in.Nodes, Node{ID: 3, Name: "w3:5432", Capacity: 1, ShouldHaveShards: true, Drain: true})
+	in.Groups[0].Node = 3
+	res, err := Plan(in)
+	require.NoError(t, err)
+	b, err := json.Marshal(res)
+	require.NoError(t, err)
+	s := string(b)
+	for _, want := range []string{`"strategy":"by_shard_count"`, `"reason":"drain"`, `"reason":"balance"`, `"group_id":"c1:0"`, `"shard_ids":[100]`, `"skipped":[]`, `"from_before":`} {
+		assert.Contains(t, s, want)
+	}
+	var back Result
+	require.NoError(t, json.Unmarshal(b, &back))
+	assert.Equal(t, res, back)
+}
+
+func TestInvalidInput(t *testing.T) {
+	cases := map[string]func(in *Input){
+		"unknown strategy":        func(in *Input) { in.Strategy = 0 },
+		"NaN threshold":           func(in *Input) { in.Threshold = math.NaN() },
+		"negative threshold":      func(in *Input) { in.Threshold = -0.1 },
+		"infinite improvement":    func(in *Input) { in.ImprovementThreshold = math.Inf(1) },
+		"max moves below -1":      func(in *Input) { in.MaxMoves = -2 },
+		"negative max per node":   func(in *Input) { in.MaxPerNode = -1 },
+		"negative base cost":      func(in *Input) { in.BaseCost = -1 },
+		"duplicate node":          func(in *Input) { in.Nodes[1].ID = 1 },
+		"negative capacity":       func(in *Input) { in.Nodes[0].Capacity = -1 },
+		"NaN max cost":            func(in *Input) { in.Nodes[0].MaxCost = math.NaN() },
+		"group on unknown node":   func(in *Input) { in.Groups[0].Node = 9 },
+		"duplicate group":         func(in *Input) { in.Groups[1].ID = "c1:0" },
+		"group without id":        func(in *Input) { in.Groups[1].ID = "" },
+		"negative bytes":          func(in *Input) { in.Groups[0].Bytes = -5 },
+		"pin to unknown node":     func(in *Input) { in.Groups[0].PinnedTo = []int64{7} },
+		"avoid unknown node":      func(in *Input) { in.Groups[0].AvoidNodes = []int64{7} },
+		"cost function NaN":       func(in *Input) { in.Cost = func(Group) float64 { return math.NaN() } },
+		"capacity function below": func(in *Input) { in.Capacity = func(Node) float64 { return -1 } },
+		"no node may hold shards": func(in *Input) {
+			in.Nodes[0].ShouldHaveShards = false
+			in.Nodes[1].Drain = true
+		},
+	}
+	for name, mutate := range cases {
+		t.Run(name, func(t *testing.T) {
+			in := simpleInput()
+			mutate(&in)
+			_, err := Plan(in)
+			require.Error(t, err)
+			assert.ErrorIs(t, err, ErrInvalidInput)
+			msg := strings.TrimPrefix(err.Error(), ErrInvalidInput.Error()+": ")
+			assert.True(t, unicode.IsLower(rune(msg[0])), "message %q should start lower-case", msg)
+			assert.NotContains(t, msg, "\n")
+		})
+	}
+}
+
+func TestEmptyAndTrivial(t *testing.T) {
+	res, err := Plan(DefaultInput(ByDiskSize))
+	require.NoError(t, err)
+	assert.True(t, res.Balanced)
+	assert.Empty(t, res.Moves)
+	assert.NotNil(t, res.Moves)
+
+	in := simpleInput()
+	in.Nodes = append(in.Nodes, Node{ID: 3, Capacity: 0, ShouldHaveShards: true}) // no groups: fine
+	res, err = Plan(in)
+	require.NoError(t, err)
+	assert.True(t, res.Balanced)
+	assert.Len(t, res.Moves, 2)
+}
+
+func TestCustomFunctions(t *testing.T) {
+	in := simpleInput()
+	in.Nodes = append(in.Nodes, Node{ID: 3, Name: "w3:5432", Capacity: 1, ShouldHaveShards: true})
+	// Allowed: nothing may go to node 3. Capacity: node 2 counts double.
+	// Cost: group c1:3 weighs 2.
+	in.Allowed = func(g Group, n Node) bool { return n.ID != 3 }
+	in.Capacity = func(n Node) float64 {
+		if n.ID == 2 {
+			return 2
+		}
+		return 1
+	}
+	in.Cost = func(g Group) float64 {
+		if g.ID == "c1:3" {
+			return 2
+		}
+		return 1
+	}
+	res, err := Plan(in)
+	require.NoError(t, err)
+	checkInvariants(t, in, res)
+	for _, m := range res.Moves {
+		assert.NotEqual(t, int64(3), m.To)
+	}
+	// Total cost 5: node 1 of capacity 1 and node 2 of capacity 2 (node 3
+	// takes nothing but still counts in the average).
+	assert.Equal(t, 2.0, res.Before[1].Capacity)
+}
+
+func TestAssignWaves(t *testing.T) {
+	moves := []Move{{From: 1, To: 2}, {From: 3, To: 4}, {From: 1, To: 4}, {From: 5, To: 6}, {From: 2, To: 5}}
+	assert.Equal(t, 2, assignWaves(moves, 1))
+	var got []int
+	for _, m := range moves {
+		got = append(got, m.Wave)
+	}
+	assert.Equal(t, []int{1, 1, 2, 1, 2}, got)
+	assert.Equal(t, 1, assignWaves(moves, 3))
+}
+
+// TestRetargetDrainedGroup: a drained group that balancing would move on
+// goes straight to its final node, so it moves once.
+func TestRetargetDrainedGroup(t *testing.T) {
+	in := DefaultInput(ByShardCount)
+	in.Nodes = []Node{
+		{ID: 1, Name: "a", Capacity: 1, ShouldHaveShards: true},
+		{ID: 2, Name: "b", Capacity: 1, ShouldHaveShards: true},
+		{ID: 3, Name: "c", Capacity: 1, ShouldHaveShards: true, Drain: true},
+	}
+	for i := range 6 {
+		in.Groups = append(in.Groups, Group{ID: fmt.Sprintf("c1:%d", i), ColocationID: 1, Index: i, Node: 3})
+	}
+	in.Groups[5].AvoidNodes = []int64{2} // must go to node 1
+	res, err := Plan(in)
+	require.NoError(t, err)
+	checkInvariants(t, in, res)
+	assert.True(t, res.Balanced)
+	assert.Len(t, res.Moves, 6)
+	for _, m := range res.Moves {
+		assert.Equal(t, ReasonDrain, m.Reason)
+	}
+}
+
+func TestDefaultInput(t *testing.T) {
+	d := DefaultInput(ByDiskSize)
+	assert.Equal(t, 0.1, d.Threshold)
+	assert.Equal(t, 0.5, d.ImprovementThreshold)
+	assert.Equal(t, int64(100<<20), d.BaseCost)
+	assert.Equal(t, -1, d.MaxMoves)
+	c := DefaultInput(ByShardCount)
+	assert.Equal(t, 0.0, c.Threshold)
+	assert.Equal(t, 0.0, c.ImprovementThreshold)
+	assert.True(t, errors.Is(func() error { _, err := Plan(Input{}); return err }(), ErrInvalidInput))
+}
