@@ -1,0 +1,86 @@
+// Package replication moves the rows of a set of tables from a source
+// PostgreSQL server to a target one while the application keeps writing:
+// a snapshot copy, then a logical replication stream applied exactly once.
+// It wraps pglogrepl (replication protocol, pgoutput decoding) and pgx.
+//
+// The loop a caller (the mover) sees:
+//
+//	// preflight: reads only, creates nothing
+//	err := replication.CheckReplicaIdentity(ctx, src, tables)
+//
+//	// setup: publication, then the slot with its exported snapshot
+//	err = replication.CreatePublication(ctx, src, name, tables)
+//	snap, err := replication.CreateSlot(ctx, sourceDSN, name)
+//
+//	// copying: every table from the snapshot; the snapshot's connection
+//	// stays idle until the copy has started everywhere
+//	res, err := replication.Copy(ctx, replication.CopyOptions{
+//		SourceDSN: sourceDSN, TargetDSN: targetDSN, Snapshot: snap.Name,
+//		Tables: tables, Workers: 4, RangesPerTable: 4, Progress: report,
+//	})
+//	snap.Release(ctx)
+//
+//	// catching_up: apply changes committed after the snapshot
+//	cfg := replication.DefaultStreamConfig()
+//	cfg.SourceDSN, cfg.TargetDSN = sourceDSN, targetDSN
+//	cfg.Slot, cfg.Publication, cfg.Origin = name, name, name
+//	cfg.StartLSN = snap.ConsistentLSN
+//	s, err := replication.NewStream(cfg)
+//	go func() { done <- s.Run(ctx) }() // returns ctx.Err() when cancelled
+//	for { bytes, age := s.Lag(); if bytes < gate && age < maxAge { break }; ... }
+//
+//	// cutover: with source writes blocked
+//	lsn, err := replication.CurrentLSN(ctx, src)
+//	err = s.WaitFor(ctx, lsn) // every write committed before is on the target
+//
+//	// cleanup: each idempotent
+//	replication.DropSlot(ctx, src, name)
+//	replication.DropPublication(ctx, src, name)
+//	replication.DropOrigin(ctx, tgt, name)
+//
+// Contract:
+//
+//   - Names of slots, publications and origins are validated
+//     (^[a-z0-9_]{1,63}$, ErrBadName) before anything connects: they are
+//     interpolated into replication commands. Table names are quoted with
+//     pgx.Identifier. Connection strings are never logged or put in errors;
+//     servers are named by host:port.
+//   - CheckReplicaIdentity fails, naming the table in a sentence that says
+//     what to do, when a table has neither a primary key nor REPLICA
+//     IDENTITY FULL (or a replica identity index).
+//   - Copy streams binary COPY TO STDOUT straight into COPY FROM STDIN
+//     through a pipe: no decoding, bounded memory. Workers import the
+//     snapshot (REPEATABLE READ, SET TRANSACTION SNAPSHOT); a large table is
+//     split into ctid block ranges copied concurrently. A table with a column
+//     whose binary form embeds server-specific type OIDs (arrays or
+//     composites of user-defined types) is copied in text format instead.
+//     Copy is throttled by BytesPerSecond and reports progress in bytes.
+//   - Stream decodes pgoutput (protocol 1) and applies each change to the
+//     table of the same schema-qualified name on the target, by primary key
+//     or replica identity: INSERT; UPDATE of the columns sent (an unchanged
+//     TOASTed value is left alone; a changed key is located by the old key);
+//     DELETE; TRUNCATE. Values travel as text with their type: built-in types
+//     by OID, others (enums, domains, extension types) with a cast to the
+//     type's name, so every value round-trips exactly. Statements are
+//     prepared once per shape and pipelined; consecutive source transactions
+//     are grouped into one target transaction up to BatchBytes and
+//     BatchDelay, in commit order. An UPDATE or DELETE that finds no row
+//     stops the stream with ErrDiverged.
+//   - Exactly once: each target transaction records, through the replication
+//     origin (pg_replication_origin_xact_setup), the end LSN of the last
+//     source transaction it covers, and commits with synchronous_commit = on.
+//     A new session resumes from pg_replication_origin_progress and skips any
+//     transaction that ends at or before it, so after any crash or
+//     cancellation no change is applied twice and none is skipped. Only this
+//     durable position (or, with nothing pending, the WAL end the walsender
+//     reports) is sent to the source as flushed.
+//   - Processed follows the walsender's WAL end whenever no source
+//     transaction is open, so an idle or unrelated-only source still reaches
+//     any LSN. WaitFor writes nothing to the source: while it waits, status
+//     updates go out every 100ms, which the walsender answers with keepalives.
+//   - Run retries transient errors with capped exponential backoff and
+//     returns ErrPermanent errors (bad names, missing slot, schema mismatch,
+//     divergence, undecodable data) at once.
+//   - Cleanup helpers are idempotent: DropSlot terminates a walsender that
+//     holds the slot, DropOrigin a session bound to the origin.
+package replication

@@ -1,0 +1,298 @@
+package replication
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// DB is what the setup, preflight and cleanup helpers need of a connection.
+// *pgx.Conn, *pgxpool.Pool and pgx.Tx satisfy it.
+type DB interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// sessionParams are set on every connection that moves values as text, on
+// both ends, so that text renderings parse back to the same value whatever
+// the servers' defaults (as PostgreSQL's own subscriber does).
+var sessionParams = map[string]string{
+	"datestyle":          "ISO",
+	"intervalstyle":      "postgres",
+	"extra_float_digits": "3",
+	"client_encoding":    "UTF8",
+}
+
+func withSessionParams(cfg *pgconn.Config, appName string) {
+	for k, v := range sessionParams {
+		cfg.RuntimeParams[k] = v
+	}
+	if appName != "" {
+		cfg.RuntimeParams["application_name"] = appName
+	}
+}
+
+// CheckReplicaIdentity returns an error naming the first table that has
+// neither a primary key nor REPLICA IDENTITY FULL (nor a valid REPLICA
+// IDENTITY USING INDEX), or that does not exist. It reads catalogs only, so
+// it belongs in a preflight, before anything is created. The error wraps
+// ErrNoReplicaIdentity and ErrPermanent.
+func CheckReplicaIdentity(ctx context.Context, db DB, tables []pgx.Identifier) error {
+	for _, t := range tables {
+		name := t.Sanitize()
+		var (
+			ident       string
+			found       bool
+			hasPK       bool
+			hasIdentIdx bool
+		)
+		err := db.QueryRow(ctx, `
+			SELECT c.relreplident::text,
+			       EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid AND i.indisprimary AND i.indisvalid),
+			       EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid AND i.indisreplident AND i.indisvalid)
+			FROM pg_class c WHERE c.oid = to_regclass($1)`, name).Scan(&ident, &hasPK, &hasIdentIdx)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+			found = false
+		case err != nil:
+			return fmt.Errorf("check replica identity of %s: %w", name, err)
+		default:
+			found = true
+		}
+		if !found {
+			return permanent(fmt.Errorf("table %s does not exist on the source: check the table name and schema", name))
+		}
+		ok := ident == "f" || (ident == "d" && hasPK) || (ident == "i" && hasIdentIdx)
+		if !ok {
+			return permanent(fmt.Errorf("%w: table %s has neither a primary key nor REPLICA IDENTITY FULL, so its updates and deletes cannot be replicated: add a primary key, or run ALTER TABLE %s REPLICA IDENTITY FULL", ErrNoReplicaIdentity, name, name))
+		}
+	}
+	return nil
+}
+
+// CreatePublication creates publication name for exactly tables on the
+// source (inserts, updates, deletes and truncates). It is idempotent: when
+// the publication exists its table list is set to tables.
+func CreatePublication(ctx context.Context, db DB, name string, tables []pgx.Identifier) error {
+	if err := ValidateName("publication", name); err != nil {
+		return err
+	}
+	if len(tables) == 0 {
+		return permanent(fmt.Errorf("create publication %q: no tables given", name))
+	}
+	list := make([]string, len(tables))
+	for i, t := range tables {
+		list[i] = t.Sanitize()
+	}
+	var exists bool
+	if err := db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1)`, name).Scan(&exists); err != nil {
+		return fmt.Errorf("create publication %q: %w", name, err)
+	}
+	sql := fmt.Sprintf("CREATE PUBLICATION %s FOR TABLE %s", pgx.Identifier{name}.Sanitize(), strings.Join(list, ", "))
+	if exists {
+		sql = fmt.Sprintf("ALTER PUBLICATION %s SET TABLE %s", pgx.Identifier{name}.Sanitize(), strings.Join(list, ", "))
+	}
+	if _, err := db.Exec(ctx, sql); err != nil {
+		return fmt.Errorf("create publication %q: %w", name, err)
+	}
+	return nil
+}
+
+// DropPublication drops the publication if it exists.
+func DropPublication(ctx context.Context, db DB, name string) error {
+	if err := ValidateName("publication", name); err != nil {
+		return err
+	}
+	if _, err := db.Exec(ctx, "DROP PUBLICATION IF EXISTS "+pgx.Identifier{name}.Sanitize()); err != nil {
+		return fmt.Errorf("drop publication %q: %w", name, err)
+	}
+	return nil
+}
+
+// Snapshot is a logical replication slot just created, with the snapshot it
+// exported. The snapshot can be imported (SET TRANSACTION SNAPSHOT) only
+// while the replication connection that created the slot stays idle, so the
+// Snapshot holds that connection until Release. Rows visible in the snapshot
+// are exactly the changes committed before ConsistentLSN; the slot streams
+// every change committed after it.
+type Snapshot struct {
+	// Slot is the slot's name.
+	Slot string
+	// Name is the exported snapshot, for Copy and SET TRANSACTION SNAPSHOT.
+	Name string
+	// ConsistentLSN is where streaming starts (StreamConfig.StartLSN).
+	ConsistentLSN pglogrepl.LSN
+
+	conn *pgconn.PgConn
+}
+
+// Release closes the connection that keeps the snapshot importable. Call it
+// once every copy has started (in practice, after Copy returns). The slot
+// stays. Release is idempotent.
+func (s *Snapshot) Release(ctx context.Context) error {
+	if s == nil || s.conn == nil {
+		return nil
+	}
+	c := s.conn
+	s.conn = nil
+	return c.Close(ctx)
+}
+
+// connectReplication opens a logical replication connection
+// (replication=database) to the server of dsn.
+func connectReplication(ctx context.Context, cfg *pgconn.Config, appName string) (*pgconn.PgConn, error) {
+	cfg = cfg.Copy()
+	withSessionParams(cfg, appName)
+	cfg.RuntimeParams["replication"] = "database"
+	conn, err := pgconn.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("open replication connection to %s: %w", addr(cfg), err)
+	}
+	return conn, nil
+}
+
+// CreateSlot creates the logical replication slot slot (pgoutput) on the
+// source with an exported snapshot. The returned Snapshot holds the
+// replication connection idle so the snapshot stays importable; Release it
+// after the copy has started everywhere. On error nothing is held; a slot
+// that was created is left for DropSlot (a cleanup record should name it
+// before this call). Creating the slot waits until every transaction
+// running on the source when it started has finished (and, under constant
+// load, for the next running-transactions record, which the source logs
+// every 15 s), so bound ctx accordingly.
+func CreateSlot(ctx context.Context, sourceDSN, slot string) (*Snapshot, error) {
+	if err := ValidateName("slot", slot); err != nil {
+		return nil, err
+	}
+	cfg, err := parseDSN("source", sourceDSN)
+	if err != nil {
+		return nil, err
+	}
+	conn, err := connectReplication(ctx, cfg, slot)
+	if err != nil {
+		return nil, err
+	}
+	// The name is validated above: replication commands take no parameters.
+	res, err := pglogrepl.ParseCreateReplicationSlot(conn.Exec(ctx, "CREATE_REPLICATION_SLOT "+slot+" LOGICAL pgoutput EXPORT_SNAPSHOT"))
+	if err != nil {
+		conn.Close(context.Background())
+		if pgCode(err) == "42710" {
+			return nil, permanent(fmt.Errorf("create slot %q: a slot with this name already exists on %s: drop it (DropSlot) before creating it again: %w", slot, addr(cfg), err))
+		}
+		return nil, fmt.Errorf("create slot %q on %s: %w", slot, addr(cfg), err)
+	}
+	lsn, err := pglogrepl.ParseLSN(res.ConsistentPoint)
+	if err != nil {
+		conn.Close(context.Background())
+		return nil, fmt.Errorf("create slot %q: parse consistent point %q: %w", slot, res.ConsistentPoint, err)
+	}
+	return &Snapshot{Slot: slot, Name: res.SnapshotName, ConsistentLSN: lsn, conn: conn}, nil
+}
+
+// DropSlot drops the replication slot if it exists. A walsender holding it
+// (an applier, or a Snapshot not yet released) is terminated first.
+func DropSlot(ctx context.Context, db DB, slot string) error {
+	if err := ValidateName("slot", slot); err != nil {
+		return err
+	}
+	for attempt := 0; ; attempt++ {
+		var pid *int32
+		err := db.QueryRow(ctx, `SELECT active_pid FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&pid)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("drop slot %q: %w", slot, err)
+		}
+		if pid != nil {
+			if _, err := db.Exec(ctx, `SELECT pg_terminate_backend($1, 5000)`, *pid); err != nil && pgCode(err) != "" {
+				return fmt.Errorf("drop slot %q: terminate walsender %d: %w", slot, *pid, err)
+			}
+		}
+		_, err = db.Exec(ctx, `SELECT pg_drop_replication_slot($1)`, slot)
+		switch {
+		case err == nil, pgCode(err) == "42704": // undefined_object: gone meanwhile
+			return nil
+		case pgCode(err) == "55006" && attempt < 50: // object_in_use: a walsender took it again
+			if err := sleep(ctx, 100*time.Millisecond); err != nil {
+				return err
+			}
+		default:
+			return fmt.Errorf("drop slot %q: %w", slot, err)
+		}
+	}
+}
+
+// DropOrigin drops the replication origin on the target if it exists. A
+// session still holding it (an applier, recognised by its application_name,
+// which is the origin's name) is terminated first.
+func DropOrigin(ctx context.Context, db DB, origin string) error {
+	if err := ValidateName("origin", origin); err != nil {
+		return err
+	}
+	for attempt := 0; ; attempt++ {
+		_, err := db.Exec(ctx, `SELECT pg_replication_origin_drop(roname) FROM pg_replication_origin WHERE roname = $1`, origin)
+		if err == nil || pgCode(err) == "42704" {
+			return nil
+		}
+		if pgCode(err) != "55006" || attempt >= 50 {
+			return fmt.Errorf("drop origin %q: %w", origin, err)
+		}
+		if _, err := db.Exec(ctx, `SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity WHERE application_name = $1 AND pid <> pg_backend_pid()`, origin); err != nil {
+			return fmt.Errorf("drop origin %q: terminate applier: %w", origin, err)
+		}
+		if err := sleep(ctx, 100*time.Millisecond); err != nil {
+			return err
+		}
+	}
+}
+
+// OriginProgress returns the source position durably applied under origin
+// on the target (the end of the last applied source transaction), or 0 when
+// the origin does not exist or has applied nothing.
+func OriginProgress(ctx context.Context, db DB, origin string) (pglogrepl.LSN, error) {
+	if err := ValidateName("origin", origin); err != nil {
+		return 0, err
+	}
+	var s *string
+	err := db.QueryRow(ctx, `SELECT pg_replication_origin_progress(roname, true)::text FROM pg_replication_origin WHERE roname = $1`, origin).Scan(&s)
+	if errors.Is(err, pgx.ErrNoRows) || (err == nil && s == nil) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("read origin %q progress: %w", origin, err)
+	}
+	return pglogrepl.ParseLSN(*s)
+}
+
+// sleep waits d or until ctx is done.
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// CurrentLSN returns the source's WAL insert position: every transaction
+// committed so far, including those committed with synchronous_commit =
+// off, ends at or before it, so WaitFor(CurrentLSN()) waits for all of them.
+// (pg_current_wal_lsn() is the write position, which can trail such
+// commits.) The walsender sees WAL only once it is flushed, which for
+// asynchronous commits takes up to three wal_writer_delay.
+func CurrentLSN(ctx context.Context, db DB) (pglogrepl.LSN, error) {
+	var s string
+	if err := db.QueryRow(ctx, `SELECT pg_current_wal_insert_lsn()::text`).Scan(&s); err != nil {
+		return 0, fmt.Errorf("read current WAL position: %w", err)
+	}
+	return pglogrepl.ParseLSN(s)
+}

@@ -1,0 +1,686 @@
+package replication
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
+	"go.uber.org/zap"
+)
+
+// StreamConfig configures a Stream.
+type StreamConfig struct {
+	// SourceDSN and TargetDSN are libpq connection strings. They are never
+	// logged: logs and errors name servers by host:port.
+	SourceDSN, TargetDSN string
+	// Slot and Publication exist on the source (CreateSlot,
+	// CreatePublication). Origin is created on the target when missing.
+	Slot, Publication, Origin string
+	// StartLSN is the slot's consistent point (Snapshot.ConsistentLSN).
+	// Durable progress recorded under Origin, when later, takes precedence.
+	StartLSN pglogrepl.LSN
+	// BatchBytes and BatchDelay bound how many consecutive source
+	// transactions are grouped into one target transaction: the group is
+	// committed once it holds BatchBytes of changes or its first change is
+	// BatchDelay old. A single source transaction is never split.
+	BatchBytes int
+	BatchDelay time.Duration
+	// StatusInterval is how often the applied position is reported to the
+	// source when nobody waits (every 100ms while a WaitFor is pending). It
+	// must stay well below the source's wal_sender_timeout.
+	StatusInterval time.Duration
+	// MaxRetry is how long Run keeps retrying an error that repeats without
+	// progress in between before returning it. Permanent errors
+	// (ErrPermanent) are returned at once.
+	MaxRetry time.Duration
+	// Logger receives session starts, retries and stops. Nil means none.
+	Logger *zap.Logger
+}
+
+// DefaultStreamConfig returns the defaults; fill in DSNs and names.
+func DefaultStreamConfig() StreamConfig {
+	return StreamConfig{
+		BatchBytes:     4 << 20,
+		BatchDelay:     50 * time.Millisecond,
+		StatusInterval: time.Second,
+		MaxRetry:       5 * time.Minute,
+	}
+}
+
+// waitStatusInterval is the status cadence while a WaitFor is pending: every
+// status the walsender reads with our write position behind its own makes
+// it answer with a keepalive carrying its current WAL end.
+const waitStatusInterval = 100 * time.Millisecond
+
+// maxReceiveWait bounds one receive, so timers and new waiters are noticed.
+const maxReceiveWait = 100 * time.Millisecond
+
+// Stream applies a logical replication slot's changes to the target, exactly
+// once, and tracks how far it has got. See the package documentation.
+type Stream struct {
+	cfg    StreamConfig
+	log    *zap.Logger
+	srcCfg *pgconn.Config
+	tgtCfg *pgconn.Config
+
+	running atomic.Bool
+
+	mu           sync.Mutex
+	processed    pglogrepl.LSN // durably applied, or passed over with nothing to apply
+	serverEnd    pglogrepl.LSN // highest WAL position the source reported
+	serverTime   time.Time     // source clock of the latest message
+	serverTimeAt time.Time     // local clock when it arrived
+	oldest       time.Time     // commit time of the oldest received, unapplied transaction
+	waiting      map[pglogrepl.LSN]int
+	advanced     chan struct{} // closed and replaced whenever processed moves
+	stopErr      error         // why the last Run returned; nil while running or before
+	walBlock     uint64        // the source's WAL page size
+}
+
+// maxPageHeader is SizeOfXLogLongPHD, the largest WAL page header. No WAL
+// record starts or ends inside a page header.
+const maxPageHeader = 40
+
+// reached reports whether processed covers lsn. A position at a page start
+// is the same point as one just past that page's header (the "start" and
+// "end" spellings of one position: pg_current_wal_insert_lsn() reports the
+// former after a record that ends on a page boundary, the walsender the
+// latter), so such an lsn counts as reached.
+func reached(processed, lsn pglogrepl.LSN, walBlock uint64) bool {
+	if processed >= lsn {
+		return true
+	}
+	return walBlock > 0 && uint64(processed)%walBlock == 0 && lsn-processed <= maxPageHeader
+}
+
+// NewStream checks cfg and returns a Stream; it connects to nothing.
+func NewStream(cfg StreamConfig) (*Stream, error) {
+	def := DefaultStreamConfig()
+	if cfg.BatchBytes <= 0 {
+		cfg.BatchBytes = def.BatchBytes
+	}
+	if cfg.BatchDelay <= 0 {
+		cfg.BatchDelay = def.BatchDelay
+	}
+	if cfg.StatusInterval <= 0 {
+		cfg.StatusInterval = def.StatusInterval
+	}
+	if cfg.MaxRetry <= 0 {
+		cfg.MaxRetry = def.MaxRetry
+	}
+	for _, n := range []struct{ kind, name string }{{"slot", cfg.Slot}, {"publication", cfg.Publication}, {"origin", cfg.Origin}} {
+		if err := ValidateName(n.kind, n.name); err != nil {
+			return nil, err
+		}
+	}
+	src, err := parseDSN("source", cfg.SourceDSN)
+	if err != nil {
+		return nil, err
+	}
+	tgt, err := parseDSN("target", cfg.TargetDSN)
+	if err != nil {
+		return nil, err
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = zap.NewNop()
+	}
+	log = log.With(zap.String("slot", cfg.Slot), zap.String("origin", cfg.Origin),
+		zap.String("source", addr(src)), zap.String("target", addr(tgt)))
+	return &Stream{
+		cfg: cfg, log: log, srcCfg: src, tgtCfg: tgt,
+		waiting:  map[pglogrepl.LSN]int{},
+		walBlock: 8192,
+		advanced: make(chan struct{}),
+	}, nil
+}
+
+// Processed returns the source position up to which every change is durably
+// applied on the target. When no source transaction is open it follows the
+// WAL end the source reports, so an idle stream still reaches any LSN.
+func (s *Stream) Processed() pglogrepl.LSN {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.processed
+}
+
+// Lag returns how far the target is behind: bytes between the WAL end the
+// source last reported and Processed, and the source-clock age of the oldest
+// transaction received but not yet applied (zero when every received
+// transaction is applied). For the exact byte lag against the source's
+// current WAL, compare pg_current_wal_lsn() with Processed.
+func (s *Stream) Lag() (bytes uint64, d time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.serverEnd > s.processed {
+		bytes = uint64(s.serverEnd - s.processed)
+	}
+	if !s.oldest.IsZero() && !s.serverTime.IsZero() {
+		now := s.serverTime.Add(time.Since(s.serverTimeAt))
+		if d = now.Sub(s.oldest); d < 0 {
+			d = 0
+		}
+	}
+	return bytes, d
+}
+
+// WaitFor blocks until Processed() >= lsn, ctx is done (ctx.Err()), or Run
+// returns (its error, wrapped). It writes nothing to the source: while it
+// waits the stream reports status every 100ms, to which the walsender
+// answers with keepalives carrying its current WAL end.
+func (s *Stream) WaitFor(ctx context.Context, lsn pglogrepl.LSN) error {
+	s.mu.Lock()
+	s.waiting[lsn]++
+	defer func() {
+		s.mu.Lock()
+		if s.waiting[lsn]--; s.waiting[lsn] <= 0 {
+			delete(s.waiting, lsn)
+		}
+		s.mu.Unlock()
+	}()
+	for {
+		if reached(s.processed, lsn, s.walBlock) {
+			s.mu.Unlock()
+			return nil
+		}
+		if s.stopErr != nil {
+			err := s.stopErr
+			s.mu.Unlock()
+			return fmt.Errorf("wait for %s: stream stopped at %s: %w", lsn, s.Processed(), err)
+		}
+		ch := s.advanced
+		s.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-ch:
+		}
+		s.mu.Lock()
+	}
+}
+
+// advance moves processed forward (never back) and wakes waiters.
+func (s *Stream) advance(lsn pglogrepl.LSN) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if lsn <= s.processed {
+		return
+	}
+	s.processed = lsn
+	close(s.advanced)
+	s.advanced = make(chan struct{})
+}
+
+// waiterAtOrBelow reports whether a WaitFor waits for a position <= lsn;
+// hasWaiters whether any waits at all.
+func (s *Stream) waiters(lsn pglogrepl.LSN) (hasWaiters, atOrBelow bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for w := range s.waiting {
+		hasWaiters = true
+		if reached(lsn, w, s.walBlock) {
+			return true, true
+		}
+	}
+	return hasWaiters, false
+}
+
+func (s *Stream) noteServer(end pglogrepl.LSN, t time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if end > s.serverEnd {
+		s.serverEnd = end
+	}
+	if !t.IsZero() {
+		s.serverTime, s.serverTimeAt = t, time.Now()
+	}
+}
+
+func (s *Stream) setOldest(t time.Time) {
+	s.mu.Lock()
+	s.oldest = t
+	s.mu.Unlock()
+}
+
+// Run streams from the slot and applies to the target until ctx is done,
+// then returns ctx.Err(). It retries transient errors (lost connections, a
+// server restart, an origin still held by a previous session that is
+// exiting) with exponential backoff, and returns a permanent error at once
+// or an error that repeated for MaxRetry without progress. Only one Run may
+// be active per Stream; a new Stream with the same Origin resumes exactly
+// where durable progress is.
+func (s *Stream) Run(ctx context.Context) (err error) {
+	if !s.running.CompareAndSwap(false, true) {
+		return errors.New("replication stream: Run is already active")
+	}
+	s.mu.Lock()
+	s.stopErr = nil
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		s.stopErr = err
+		close(s.advanced) // wake waiters so they see stopErr
+		s.advanced = make(chan struct{})
+		s.mu.Unlock()
+		s.running.Store(false)
+	}()
+	const minBackoff, maxBackoff = 100 * time.Millisecond, 10 * time.Second
+	backoff := minBackoff
+	var failingSince time.Time
+	for {
+		before := s.Processed()
+		err := s.session(ctx)
+		if ctx.Err() != nil {
+			s.log.Info("replication stream stopped", zap.Stringer("lsn", s.Processed()))
+			return ctx.Err()
+		}
+		if err == nil {
+			continue
+		}
+		if isPermanent(err) {
+			s.log.Error("replication stream failed", zap.Error(err))
+			return err
+		}
+		if s.Processed() > before || failingSince.IsZero() {
+			backoff, failingSince = minBackoff, time.Now()
+		}
+		if time.Since(failingSince) > s.cfg.MaxRetry {
+			s.log.Error("replication stream gave up retrying", zap.Error(err), zap.Duration("failing_for", time.Since(failingSince)))
+			return fmt.Errorf("replication stream failing for %s: %w", time.Since(failingSince).Round(time.Second), err)
+		}
+		s.log.Warn("replication stream retrying", zap.Error(err), zap.Duration("backoff", backoff))
+		if err := sleep(ctx, backoff); err != nil {
+			return err
+		}
+		backoff = min(2*backoff, maxBackoff)
+	}
+}
+
+// session is one connection to each side: set up the origin, start
+// replication after durable progress, and stream until an error.
+func (s *Stream) session(ctx context.Context) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = permanent(fmt.Errorf("replication stream panic: %v\n%s", r, debug.Stack()))
+		}
+	}()
+	closeCtx := func() (context.Context, context.CancelFunc) {
+		return context.WithTimeout(context.Background(), 5*time.Second)
+	}
+
+	// Target: an apply session bound to the replication origin.
+	tcfg := s.tgtCfg.Copy()
+	withSessionParams(tcfg, s.cfg.Origin)
+	tcfg.RuntimeParams["synchronous_commit"] = "on"
+	tcfg.RuntimeParams["statement_timeout"] = "0"
+	tcfg.RuntimeParams["idle_in_transaction_session_timeout"] = "0"
+	tgt, err := pgconn.ConnectConfig(ctx, tcfg)
+	if err != nil {
+		return fmt.Errorf("connect to target %s: %w", addr(tcfg), err)
+	}
+	defer func() { c, cancel := closeCtx(); tgt.Close(c); cancel() }()
+	// As PostgreSQL's own subscriber: ordinary triggers and foreign key
+	// checks do not fire for replicated changes.
+	if _, err := tgt.Exec(ctx, "SET session_replication_role = replica").ReadAll(); err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		s.log.Warn("cannot skip target triggers (session_replication_role needs superuser); they will fire", zap.Error(err))
+	}
+	progress, err := s.setupOrigin(ctx, tgt)
+	if err != nil {
+		return err
+	}
+
+	// Source: a replication connection.
+	src, err := connectReplication(ctx, s.srcCfg, s.cfg.Slot)
+	if err != nil {
+		return err
+	}
+	defer func() { c, cancel := closeCtx(); src.Close(c); cancel() }()
+	confirmed, err := slotConfirmed(ctx, src, s.cfg.Slot)
+	if err != nil {
+		return err
+	}
+	if blk, err := walBlockSize(ctx, src); err == nil {
+		s.mu.Lock()
+		s.walBlock = blk
+		s.mu.Unlock()
+	}
+	start := max(progress, s.cfg.StartLSN, confirmed)
+	s.advance(start)
+	err = pglogrepl.StartReplication(ctx, src, s.cfg.Slot, start, pglogrepl.StartReplicationOptions{
+		PluginArgs: []string{"proto_version '1'", "publication_names '" + s.cfg.Publication + "'"},
+	})
+	if err != nil {
+		err = fmt.Errorf("start replication from slot %q at %s: %w", s.cfg.Slot, start, err)
+		if pgCode(err) == "42704" || pgCode(err) == "55000" {
+			// The slot or publication is gone, or the slot is invalidated.
+			return permanent(err)
+		}
+		return err
+	}
+	s.log.Info("replication stream started", zap.Stringer("start_lsn", start), zap.Stringer("origin_lsn", progress))
+
+	ss := &session{s: s, src: src, app: newApplier(tgt), dec: newDecoder(), skipBefore: progress}
+	return ss.loop(ctx)
+}
+
+// setupOrigin creates the origin when missing, binds the session to it and
+// returns its durable progress.
+func (s *Stream) setupOrigin(ctx context.Context, tgt *pgconn.PgConn) (pglogrepl.LSN, error) {
+	name := []byte(s.cfg.Origin)
+	run := func(what, sql string) ([][][]byte, error) {
+		res := tgt.ExecParams(ctx, sql, [][]byte{name}, []uint32{textOID}, nil, nil).Read()
+		if res.Err != nil {
+			err := fmt.Errorf("%s %q on target %s: %w", what, s.cfg.Origin, addr(s.tgtCfg), res.Err)
+			if pgCode(err) == "42501" {
+				return nil, permanent(err)
+			}
+			return nil, err
+		}
+		return res.Rows, nil
+	}
+	if _, err := run("create origin", `SELECT pg_replication_origin_create($1) WHERE NOT EXISTS (SELECT 1 FROM pg_replication_origin WHERE roname = $1)`); err != nil {
+		if pgCode(err) != "23505" { // created concurrently
+			return 0, err
+		}
+	}
+	// Fails with 55006 while a previous session still holds the origin: the
+	// caller retries.
+	if _, err := run("bind origin", `SELECT pg_replication_origin_session_setup($1)`); err != nil {
+		return 0, err
+	}
+	rows, err := run("read origin progress", `SELECT pg_replication_origin_progress($1, true)::text`)
+	if err != nil {
+		return 0, err
+	}
+	if len(rows) != 1 || rows[0][0] == nil {
+		return 0, nil
+	}
+	return pglogrepl.ParseLSN(string(rows[0][0]))
+}
+
+// slotConfirmed reads the slot's confirmed_flush_lsn over the replication
+// connection (simple protocol, no parameters: the name is validated).
+func slotConfirmed(ctx context.Context, src *pgconn.PgConn, slot string) (pglogrepl.LSN, error) {
+	res, err := src.Exec(ctx, "SELECT coalesce(confirmed_flush_lsn, '0/0')::text FROM pg_replication_slots WHERE slot_name = '"+slot+"'").ReadAll()
+	if err != nil {
+		return 0, fmt.Errorf("read slot %q: %w", slot, err)
+	}
+	if len(res) != 1 || len(res[0].Rows) != 1 {
+		return 0, permanent(fmt.Errorf("slot %q does not exist on the source: create it (CreateSlot) before streaming", slot))
+	}
+	return pglogrepl.ParseLSN(string(res[0].Rows[0][0]))
+}
+
+func walBlockSize(ctx context.Context, src *pgconn.PgConn) (uint64, error) {
+	res, err := src.Exec(ctx, "SHOW wal_block_size").ReadAll()
+	if err != nil || len(res) != 1 || len(res[0].Rows) != 1 {
+		return 0, fmt.Errorf("read wal_block_size: %w", err)
+	}
+	var n uint64
+	_, err = fmt.Sscan(string(res[0].Rows[0][0]), &n)
+	return n, err
+}
+
+// session is the state of one streaming connection.
+type session struct {
+	s   *Stream
+	src *pgconn.PgConn
+	app *applier
+	dec *decoder
+
+	// skipBefore is the origin's durable progress at start: a transaction
+	// whose commit record starts before it ends at or before it, so it is
+	// already applied.
+	skipBefore pglogrepl.LSN
+
+	received   pglogrepl.LSN // highest position received
+	lastStatus time.Time
+
+	txnOpen bool // between Begin and Commit
+	skip    bool // the open transaction is already applied
+
+	// The group: source transactions applied in the open target transaction.
+	groupTxns  int           // completed source transactions in the group
+	groupBytes int           // size of their change messages
+	groupStart time.Time     // when the group's first change arrived
+	groupEnd   pglogrepl.LSN // end LSN of the last completed transaction
+	groupTime  time.Time     // its commit time
+	// idleEnd is the highest WAL end from a keepalive that arrived with no
+	// source transaction open: every transaction committed before it has
+	// been received, so it becomes processed once the group is committed.
+	idleEnd pglogrepl.LSN
+}
+
+func (ss *session) loop(ctx context.Context) error {
+	cfg := ss.s.cfg
+	conn := ss.src.Conn()
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		now := time.Now()
+		if !ss.txnOpen && ss.groupDue(now) {
+			if err := ss.commitGroup(ctx); err != nil {
+				return err
+			}
+		}
+		hasWaiters, _ := ss.s.waiters(0)
+		interval := cfg.StatusInterval
+		if hasWaiters {
+			interval = min(interval, waitStatusInterval)
+		}
+		if now.Sub(ss.lastStatus) >= interval {
+			if err := ss.sendStatus(false); err != nil {
+				return err
+			}
+		}
+		deadline := earliest(ss.lastStatus.Add(interval), now.Add(maxReceiveWait))
+		if ss.groupTxns > 0 && !ss.txnOpen {
+			deadline = earliest(deadline, ss.groupStart.Add(cfg.BatchDelay))
+		}
+		if err := conn.SetReadDeadline(deadline); err != nil {
+			return fmt.Errorf("receive from source: %w", err)
+		}
+		msg, err := ss.src.ReceiveMessage(context.Background())
+		if err != nil {
+			if pgconn.Timeout(err) {
+				continue
+			}
+			return fmt.Errorf("receive from source: %w", err)
+		}
+		switch m := msg.(type) {
+		case *pgproto3.CopyData:
+			if err := ss.handleCopyData(ctx, m.Data); err != nil {
+				return err
+			}
+		case *pgproto3.ErrorResponse:
+			return fmt.Errorf("replication stream: %w", pgconn.ErrorResponseToPgError(m))
+		case *pgproto3.CopyDone:
+			return errors.New("replication stream: the source ended the stream")
+		}
+	}
+}
+
+func (ss *session) handleCopyData(ctx context.Context, data []byte) error {
+	if len(data) == 0 {
+		return nil
+	}
+	switch data[0] {
+	case pglogrepl.PrimaryKeepaliveMessageByteID:
+		ka, err := pglogrepl.ParsePrimaryKeepaliveMessage(data[1:])
+		if err != nil {
+			return permanent(fmt.Errorf("parse keepalive: %w", err))
+		}
+		ss.s.noteServer(ka.ServerWALEnd, ka.ServerTime)
+		if !ss.txnOpen {
+			if ss.groupTxns == 0 {
+				ss.s.advance(ka.ServerWALEnd)
+			} else {
+				ss.idleEnd = max(ss.idleEnd, ka.ServerWALEnd)
+			}
+		}
+		if ka.ReplyRequested {
+			return ss.sendStatus(false)
+		}
+		return nil
+	case pglogrepl.XLogDataByteID:
+		xld, err := pglogrepl.ParseXLogData(data[1:])
+		if err != nil {
+			return permanent(fmt.Errorf("parse xlogdata: %w", err))
+		}
+		ss.s.noteServer(xld.ServerWALEnd, xld.ServerTime)
+		ss.received = max(ss.received, xld.WALStart)
+		return ss.handleMessage(ctx, xld.WALData)
+	}
+	return nil
+}
+
+func (ss *session) handleMessage(ctx context.Context, data []byte) error {
+	msg, err := ss.dec.parse(data)
+	if err != nil {
+		return err
+	}
+	switch m := msg.(type) {
+	case *pglogrepl.BeginMessage:
+		if ss.txnOpen {
+			return permanent(errors.New("decode pgoutput: Begin inside an open transaction"))
+		}
+		// A due group is committed before the next transaction starts.
+		if ss.groupDue(time.Now()) {
+			if err := ss.commitGroup(ctx); err != nil {
+				return err
+			}
+		}
+		ss.txnOpen = true
+		ss.skip = m.FinalLSN < ss.skipBefore
+		if !ss.skip && ss.groupTxns == 0 {
+			ss.groupStart = time.Now()
+			ss.s.setOldest(m.CommitTime)
+		}
+	case *pglogrepl.CommitMessage:
+		if !ss.txnOpen {
+			return permanent(errors.New("decode pgoutput: Commit without Begin"))
+		}
+		ss.txnOpen = false
+		if ss.skip {
+			ss.skip = false
+			return nil
+		}
+		ss.groupTxns++
+		ss.groupEnd, ss.groupTime = m.TransactionEndLSN, m.CommitTime
+		_, waited := ss.s.waiters(ss.groupEnd)
+		if waited || ss.groupDue(time.Now()) {
+			return ss.commitGroup(ctx)
+		}
+	case *pglogrepl.InsertMessage:
+		return ss.change(ctx, data, m.RelationID, func(r *relation) (*stmt, error) { return insertStmt(r, m) })
+	case *pglogrepl.UpdateMessage:
+		return ss.change(ctx, data, m.RelationID, func(r *relation) (*stmt, error) { return updateStmt(r, m) })
+	case *pglogrepl.DeleteMessage:
+		return ss.change(ctx, data, m.RelationID, func(r *relation) (*stmt, error) { return deleteStmt(r, m) })
+	case *pglogrepl.TruncateMessage:
+		if ss.skip {
+			return nil
+		}
+		if !ss.txnOpen {
+			return permanent(errors.New("decode pgoutput: Truncate outside a transaction"))
+		}
+		sql, err := truncateSQL(ss.dec, m)
+		if err != nil {
+			return err
+		}
+		ss.groupBytes += len(data)
+		return ss.app.truncate(ctx, sql)
+	}
+	// Relation and Type are cached by the decoder; Origin and logical
+	// decoding messages carry nothing to apply.
+	return nil
+}
+
+func (ss *session) change(ctx context.Context, data []byte, relID uint32, build func(*relation) (*stmt, error)) error {
+	if ss.skip {
+		return nil
+	}
+	if !ss.txnOpen {
+		return permanent(errors.New("decode pgoutput: change outside a transaction"))
+	}
+	r, err := ss.dec.relation(relID)
+	if err != nil {
+		return err
+	}
+	st, err := build(r)
+	if err != nil || st == nil {
+		return err
+	}
+	ss.groupBytes += len(data)
+	return ss.app.apply(ctx, st)
+}
+
+func (ss *session) groupDue(now time.Time) bool {
+	return ss.groupTxns > 0 && (ss.groupBytes >= ss.s.cfg.BatchBytes || now.Sub(ss.groupStart) >= ss.s.cfg.BatchDelay)
+}
+
+// commitGroup commits the target transaction holding the group (with the
+// origin's progress) and advances processed. A group of empty transactions
+// commits nothing: there is nothing to make durable.
+func (ss *session) commitGroup(ctx context.Context) error {
+	if ss.groupTxns == 0 {
+		return nil
+	}
+	if err := ss.app.commit(ctx, ss.groupEnd, ss.groupTime); err != nil {
+		return err
+	}
+	ss.s.advance(max(ss.groupEnd, ss.idleEnd))
+	ss.groupTxns, ss.groupBytes = 0, 0
+	if !ss.txnOpen {
+		ss.s.setOldest(time.Time{})
+	}
+	return nil
+}
+
+// sendStatus reports the received position as written and the processed
+// position as flushed and applied: the source may discard WAL only up to
+// what is durable on the target.
+func (ss *session) sendStatus(reply bool) error {
+	flushed := ss.s.Processed()
+	written := max(ss.received, flushed)
+	buf := make([]byte, 0, 39)
+	buf = append(buf, 'd', 0, 0, 0, 38, pglogrepl.StandbyStatusUpdateByteID)
+	buf = binary.BigEndian.AppendUint64(buf, uint64(written))
+	buf = binary.BigEndian.AppendUint64(buf, uint64(flushed))
+	buf = binary.BigEndian.AppendUint64(buf, uint64(flushed))
+	buf = binary.BigEndian.AppendUint64(buf, uint64(pgTime(time.Now())))
+	var r byte
+	if reply {
+		r = 1
+	}
+	buf = append(buf, r)
+	ss.lastStatus = time.Now()
+	if err := ss.src.Frontend().SendUnbufferedEncodedCopyData(buf); err != nil {
+		return fmt.Errorf("send standby status: %w", err)
+	}
+	return nil
+}
+
+func earliest(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+// pgTime is microseconds since 2000-01-01 UTC, the protocol's clock.
+func pgTime(t time.Time) int64 {
+	return t.UnixMicro() - 946684800*1000000
+}
