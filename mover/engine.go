@@ -1,0 +1,334 @@
+package mover
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"go.uber.org/zap"
+
+	"github.com/shardmover/shardmover/metadata"
+)
+
+// ErrLeased is returned by Run when another mover holds the move.
+var ErrLeased = errors.New("move is held by another mover")
+
+// ErrKilled is what a fault hook returns to stop a move as if its process
+// died: Run returns at once, leaving every artifact and the journal as a
+// crash would.
+var ErrKilled = errors.New("killed by fault hook")
+
+// Config tunes an Engine.
+type Config struct {
+	Logger *zap.Logger
+
+	// MaxWritePause bounds the cutover's write pause (lock to COMMIT
+	// PREPARED). Past it the cutover rolls back and is retried.
+	MaxWritePause time.Duration
+	// CutoverMaxLagBytes and CutoverMaxLag gate the cutover: it starts only
+	// when the applier is this close to the source.
+	CutoverMaxLagBytes uint64
+	CutoverMaxLag      time.Duration
+	// CutoverBackoff is the first wait after a rolled-back cutover; it
+	// doubles up to CutoverMaxBackoff.
+	CutoverBackoff    time.Duration
+	CutoverMaxBackoff time.Duration
+
+	// Copy tuning: parallel connections, ctid ranges per large table, and a
+	// bandwidth limit in bytes/s (0: none).
+	CopyWorkers    int
+	RangesPerTable int
+	BytesPerSecond int64
+
+	// RetryFor caps how long one transient error may repeat before the move
+	// fails.
+	RetryFor time.Duration
+
+	// AfterPhase, when set, runs after a move leaves phase p (the new phase
+	// is persisted). Returning an error stops Run as if the process died.
+	AfterPhase func(moveID int64, p Phase) error
+	// CutoverStep, when set, runs at named points inside the cutover
+	// ("locked", "caught_up", "prepared", "decided"). Returning an error
+	// stops Run as if the process died at that point.
+	CutoverStep func(moveID int64, step string) error
+	// OnProgress, when set, receives progress of running moves.
+	OnProgress func(Progress)
+	// OnCutover, when set, receives each committed cutover's write pause.
+	OnCutover func(moveID int64, pause time.Duration)
+}
+
+// DefaultConfig returns production defaults.
+func DefaultConfig() Config {
+	return Config{
+		MaxWritePause:      2 * time.Second,
+		CutoverMaxLagBytes: 8 << 20,
+		CutoverMaxLag:      time.Second,
+		CutoverBackoff:     500 * time.Millisecond,
+		CutoverMaxBackoff:  30 * time.Second,
+		CopyWorkers:        4,
+		RangesPerTable:     4,
+		RetryFor:           5 * time.Minute,
+	}
+}
+
+// Progress is a snapshot of one running move.
+type Progress struct {
+	MoveID     int64
+	Phase      Phase
+	BytesDone  int64
+	BytesTotal int64
+	LagBytes   uint64
+	Lag        time.Duration
+}
+
+// Engine runs moves.
+type Engine struct {
+	cfg Config
+	cat *metadata.Catalog
+	log *zap.Logger
+}
+
+// New returns an engine on the coordinator's catalog.
+func New(cfg Config, cat *metadata.Catalog) *Engine {
+	def := DefaultConfig()
+	if cfg.Logger == nil {
+		cfg.Logger = zap.NewNop()
+	}
+	if cfg.MaxWritePause <= 0 {
+		cfg.MaxWritePause = def.MaxWritePause
+	}
+	if cfg.CutoverMaxLagBytes == 0 {
+		cfg.CutoverMaxLagBytes = def.CutoverMaxLagBytes
+	}
+	if cfg.CutoverMaxLag <= 0 {
+		cfg.CutoverMaxLag = def.CutoverMaxLag
+	}
+	if cfg.CutoverBackoff <= 0 {
+		cfg.CutoverBackoff = def.CutoverBackoff
+	}
+	if cfg.CutoverMaxBackoff <= 0 {
+		cfg.CutoverMaxBackoff = def.CutoverMaxBackoff
+	}
+	if cfg.CopyWorkers <= 0 {
+		cfg.CopyWorkers = def.CopyWorkers
+	}
+	if cfg.RangesPerTable <= 0 {
+		cfg.RangesPerTable = def.RangesPerTable
+	}
+	if cfg.RetryFor <= 0 {
+		cfg.RetryFor = def.RetryFor
+	}
+	return &Engine{cfg: cfg, cat: cat, log: cfg.Logger}
+}
+
+// Cat returns the engine's catalog.
+func (e *Engine) Cat() *metadata.Catalog { return e.cat }
+
+// Request asks to move the shard group holding ShardID to a node.
+type Request struct {
+	ShardID int64
+	// Target is the node to move to.
+	Target metadata.Node
+}
+
+// Resolve turns requests into move specs against a fresh snapshot,
+// refusing (metadata.ErrInvalid) an unknown shard, an unknown, inactive or
+// shouldhaveshards = false target, or a group already on its target.
+func (e *Engine) Resolve(ctx context.Context, reqs []Request) ([]metadata.MoveSpec, error) {
+	cl, err := e.cat.Snapshot(ctx, metadata.SnapshotOptions{})
+	if err != nil {
+		return nil, err
+	}
+	var specs []metadata.MoveSpec
+	for _, r := range reqs {
+		spec, err := resolve(cl, r)
+		if err != nil {
+			return nil, err
+		}
+		specs = append(specs, spec)
+	}
+	return specs, nil
+}
+
+func resolve(cl *metadata.Cluster, r Request) (metadata.MoveSpec, error) {
+	var group *metadata.ShardGroup
+	for i := range cl.Groups {
+		for _, id := range cl.Groups[i].ShardIDs {
+			if id == r.ShardID {
+				group = &cl.Groups[i]
+			}
+		}
+	}
+	if group == nil {
+		return metadata.MoveSpec{}, invalidf("shard %d does not exist; `shardmover status -o json` lists the shard groups and their shard ids", r.ShardID)
+	}
+	var target *metadata.Node
+	for i := range cl.Nodes {
+		if cl.Nodes[i].ID == r.Target.ID {
+			target = &cl.Nodes[i]
+		}
+	}
+	switch {
+	case target == nil:
+		return metadata.MoveSpec{}, invalidf("node %d is not registered; `shardmover node list` shows the nodes", r.Target.ID)
+	case !target.IsActive:
+		return metadata.MoveSpec{}, invalidf("target %s is not active; activate it before moving shards to it", target.Addr())
+	case !target.ShouldHaveShards:
+		return metadata.MoveSpec{}, invalidf("target %s has shouldhaveshards = false; it may not receive shards", target.Addr())
+	case target.GroupID == group.GroupID:
+		return metadata.MoveSpec{}, invalidf("shard group of shard %d (shards %v) is already on %s; the target must differ from the source", r.ShardID, group.ShardIDs, target.Addr())
+	}
+	source, ok := cl.NodeByGroup(group.GroupID)
+	if !ok || !source.IsActive {
+		return metadata.MoveSpec{}, invalidf("the source node of shard %d (group %d) is not active", r.ShardID, group.GroupID)
+	}
+	shardByID := map[int64]metadata.Shard{}
+	for _, s := range cl.Shards {
+		shardByID[s.ID] = s
+	}
+	var tables []string
+	for _, id := range group.ShardIDs {
+		s := shardByID[id]
+		tables = append(tables, s.Schema+"."+s.Name())
+	}
+	return metadata.MoveSpec{Group: *group, ShardTables: tables, SourceGroup: group.GroupID, TargetGroup: target.GroupID}, nil
+}
+
+// Schedule records a job of moves (phase scheduled). Callers run Preflight
+// first so that a refused move records nothing.
+func (e *Engine) Schedule(ctx context.Context, kind string, specs []metadata.MoveSpec) (metadata.Job, []metadata.Move, error) {
+	if err := e.cat.InstallJournal(ctx); err != nil {
+		return metadata.Job{}, nil, err
+	}
+	job, moves, err := e.cat.CreateJob(ctx, kind, "", specs)
+	if errors.Is(err, metadata.ErrGroupBusy) {
+		return job, moves, &invalidError{msg: strings.TrimPrefix(err.Error(), metadata.ErrGroupBusy.Error()+": ")}
+	}
+	return job, moves, err
+}
+
+// nodes returns the registered nodes by group.
+func (e *Engine) nodes(ctx context.Context) (map[int32]metadata.Node, error) {
+	ns, err := e.cat.Nodes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := map[int32]metadata.Node{}
+	for _, n := range ns {
+		if n.Role == "primary" || n.Role == "" {
+			out[n.GroupID] = n
+		}
+	}
+	return out, nil
+}
+
+func (e *Engine) connect(ctx context.Context, n metadata.Node) (*pgx.Conn, error) {
+	return e.cat.ConnectNode(ctx, n.Host, n.Port)
+}
+
+func (e *Engine) dsn(n metadata.Node) string {
+	return e.cat.NodeSettings(n.Host, n.Port).String()
+}
+
+// Recover settles every prepared transaction named shardmover_<moveid> on
+// every node by the recovery rule: COMMIT PREPARED when the journal says the
+// move's cutover is committed, ROLLBACK PREPARED otherwise. It runs at every
+// mover start.
+func (e *Engine) Recover(ctx context.Context) error {
+	nodes, err := e.nodes(ctx)
+	if err != nil {
+		return err
+	}
+	groups := make([]int32, 0, len(nodes))
+	for g := range nodes {
+		groups = append(groups, g)
+	}
+	sort.Slice(groups, func(i, j int) bool { return groups[i] < groups[j] })
+	var errs []error
+	for _, g := range groups {
+		n := nodes[g]
+		if !n.IsActive {
+			continue
+		}
+		if err := e.recoverNode(ctx, n); err != nil {
+			errs = append(errs, fmt.Errorf("recover prepared transactions on %s: %w", n.Addr(), err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (e *Engine) recoverNode(ctx context.Context, n metadata.Node) error {
+	conn, err := e.connect(ctx, n)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	rows, err := conn.Query(ctx, "SELECT gid FROM pg_prepared_xacts WHERE gid LIKE 'shardmover\\_%' AND database = current_database() ORDER BY gid")
+	if err != nil {
+		return err
+	}
+	gids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return err
+	}
+	for _, gid := range gids {
+		var id int64
+		if _, err := fmt.Sscanf(gid, "shardmover_%d", &id); err != nil {
+			continue
+		}
+		// A live mover holds its move's lease while it prepares and decides:
+		// its prepared transaction is not ours to settle.
+		lease, ok, err := e.cat.TryLease(ctx, id)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			continue
+		}
+		committed := false
+		m, err := e.cat.Move(ctx, id)
+		switch {
+		case err == nil:
+			committed = m.CutoverCommitted
+		case errors.Is(err, metadata.ErrNotFound):
+		default:
+			lease.Release(ctx)
+			return err
+		}
+		err = settlePrepared(ctx, conn, gid, committed)
+		lease.Release(ctx)
+		if err != nil {
+			return err
+		}
+		e.log.Info("settled prepared transaction", zap.String("gid", gid), zap.Bool("committed", committed), zap.String("node", n.Addr()))
+	}
+	return nil
+}
+
+func settlePrepared(ctx context.Context, conn *pgx.Conn, gid string, commit bool) error {
+	verb := "ROLLBACK PREPARED "
+	if commit {
+		verb = "COMMIT PREPARED "
+	}
+	_, err := conn.Exec(ctx, verb+quoteLiteral(gid))
+	if err != nil && strings.Contains(err.Error(), "does not exist") {
+		return nil
+	}
+	return err
+}
+
+func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
+
+// invalidError is a refused request: it matches metadata.ErrInvalid.
+type invalidError struct{ msg string }
+
+func (e *invalidError) Error() string        { return e.msg }
+func (e *invalidError) Is(target error) bool { return target == metadata.ErrInvalid }
+
+func invalidf(format string, args ...any) error {
+	return &invalidError{msg: fmt.Sprintf(format, args...)}
+}

@@ -1,0 +1,170 @@
+package mover
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"go.uber.org/zap"
+
+	"github.com/shardmover/shardmover/metadata"
+)
+
+// Limits bound how a job's moves run together.
+type Limits struct {
+	// Concurrency is how many moves run at once in the whole cluster.
+	Concurrency int
+	// PerNode is how many running moves one node may take part in, as
+	// source or target.
+	PerNode int
+	// BytesPerSecond is the total copy bandwidth, shared by running moves
+	// (0: no limit).
+	BytesPerSecond int64
+}
+
+// DefaultLimits runs one move at a time.
+func DefaultLimits() Limits { return Limits{Concurrency: 1, PerNode: 1} }
+
+// JobResult counts how a job's moves ended.
+type JobResult struct {
+	Done, Failed, Cancelled, Unfinished int
+}
+
+// RunJob runs every unfinished move of a job, in id order (the plan's
+// order), starting each as soon as the limits allow and the moves before it
+// that share a node have finished (a move's target may need the room an
+// earlier move frees). It returns when every move has ended, or ctx is done:
+// moves before their decision then stop where they are (resumable), moves
+// past it finish first. The job's state is recorded at the end.
+func (e *Engine) RunJob(ctx context.Context, jobID int64, lim Limits) (JobResult, error) {
+	if lim.Concurrency < 1 {
+		lim.Concurrency = 1
+	}
+	if lim.PerNode < 1 {
+		lim.PerNode = 1
+	}
+	if err := e.Recover(ctx); err != nil {
+		return JobResult{}, err
+	}
+	moves, err := e.cat.Moves(ctx, metadata.MoveFilter{JobID: jobID, ActiveOnly: true})
+	if err != nil {
+		return JobResult{}, err
+	}
+	perMove := lim.BytesPerSecond
+	if perMove > 0 {
+		perMove = max(perMove/int64(lim.Concurrency), 1)
+	}
+	runner := *e
+	runner.cfg.BytesPerSecond = perMove
+
+	var (
+		mu      sync.Mutex
+		cond    = sync.NewCond(&mu)
+		running int
+		busy    = map[int32]int{}
+		ended   = map[int64]bool{}
+		wg      sync.WaitGroup
+		errs    []error
+	)
+	// Stop waiting when ctx ends.
+	stopWake := context.AfterFunc(ctx, func() { mu.Lock(); cond.Broadcast(); mu.Unlock() })
+	defer stopWake()
+
+	started := map[int64]bool{}
+	blocked := func(i int) bool {
+		m := moves[i]
+		if running >= lim.Concurrency || busy[m.SourceGroup] >= lim.PerNode || busy[m.TargetGroup] >= lim.PerNode {
+			return true
+		}
+		for j := 0; j < i; j++ {
+			p := moves[j]
+			if ended[p.ID] {
+				continue
+			}
+			if p.SourceGroup == m.SourceGroup || p.SourceGroup == m.TargetGroup ||
+				p.TargetGroup == m.SourceGroup || p.TargetGroup == m.TargetGroup {
+				// Keep the plan's order per node: an earlier move on the
+				// same node must have started (it is in busy then) or ended.
+				if !started[p.ID] && !ended[p.ID] {
+					return true
+				}
+			}
+		}
+		return false
+	}
+	mu.Lock()
+	for i := range moves {
+		for blocked(i) && ctx.Err() == nil {
+			cond.Wait()
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		m := moves[i]
+		running++
+		busy[m.SourceGroup]++
+		busy[m.TargetGroup]++
+		started[m.ID] = true
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			err := runner.Run(ctx, m.ID)
+			mu.Lock()
+			defer mu.Unlock()
+			running--
+			busy[m.SourceGroup]--
+			busy[m.TargetGroup]--
+			ended[m.ID] = true
+			if err != nil && !errors.Is(err, context.Canceled) {
+				errs = append(errs, fmt.Errorf("move %d: %w", m.ID, err))
+				e.log.Warn("move ended with an error", zap.Int64("move_id", m.ID), zap.Error(err))
+			}
+			cond.Broadcast()
+		}()
+	}
+	mu.Unlock()
+	wg.Wait()
+
+	final, err := e.cat.Moves(context.WithoutCancel(ctx), metadata.MoveFilter{JobID: jobID})
+	if err != nil {
+		return JobResult{}, err
+	}
+	var res JobResult
+	for _, m := range final {
+		switch m.Phase {
+		case Done.String():
+			res.Done++
+		case Failed.String():
+			res.Failed++
+		case Cancelled.String():
+			res.Cancelled++
+		default:
+			res.Unfinished++
+		}
+	}
+	errText := ""
+	if err := errors.Join(errs...); err != nil {
+		errText = err.Error()
+	}
+	_ = e.cat.FinishJob(context.WithoutCancel(ctx), jobID, JobState(res), errText)
+	if ctx.Err() != nil {
+		return res, ctx.Err()
+	}
+	return res, errors.Join(errs...)
+}
+
+// JobState names a job's state from how its moves ended: paused while any
+// is unfinished, failed if any failed, cancelled if all that ended were
+// cancelled, else done.
+func JobState(r JobResult) string {
+	switch {
+	case r.Unfinished > 0:
+		return "paused"
+	case r.Failed > 0:
+		return "failed"
+	case r.Cancelled > 0 && r.Done == 0:
+		return "cancelled"
+	}
+	return "done"
+}

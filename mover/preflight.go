@@ -1,0 +1,174 @@
+package mover
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/shardmover/shardmover/metadata"
+	"github.com/shardmover/shardmover/replication"
+)
+
+// Preflight checks a planned move before anything is recorded or created.
+// Errors match metadata.ErrInvalid and read as one sentence.
+func (e *Engine) Preflight(ctx context.Context, spec metadata.MoveSpec) error {
+	nodes, err := e.nodes(ctx)
+	if err != nil {
+		return err
+	}
+	src, ok := nodes[spec.SourceGroup]
+	if !ok {
+		return invalidf("the source node group %d is not registered", spec.SourceGroup)
+	}
+	dst, ok := nodes[spec.TargetGroup]
+	if !ok {
+		return invalidf("the target node group %d is not registered", spec.TargetGroup)
+	}
+	m := metadata.Move{ShardIDs: spec.Group.ShardIDs, ShardTables: spec.ShardTables,
+		SourceGroup: spec.SourceGroup, TargetGroup: spec.TargetGroup, ColocationID: spec.Group.ColocationID, ShardIndex: spec.Group.Index}
+	if err := e.checkMoveable(ctx, m); err != nil {
+		return err
+	}
+	return e.checkNodes(ctx, m, src, dst, false)
+}
+
+// preflight runs every check again at the start of a scheduled move (the
+// cluster may have changed since it was planned). Leftovers named after
+// this move are dropped (they are this move's own, from a crashed attempt).
+func (e *Engine) preflight(ctx context.Context, m metadata.Move, src, dst metadata.Node) error {
+	if err := e.checkMoveable(ctx, m); err != nil {
+		return err
+	}
+	return e.checkNodes(ctx, m, src, dst, true)
+}
+
+// checkMoveable checks the catalog side: flavor, nodes, and that every shard
+// of the group is placed on the source.
+func (e *Engine) checkMoveable(ctx context.Context, m metadata.Move) error {
+	if e.cat.Flavor() == metadata.Citus {
+		return invalidf("moving shards of a Citus cluster is not supported yet; use citus_move_shard_placement")
+	}
+	cl, err := e.cat.Snapshot(ctx, metadata.SnapshotOptions{SkipSizes: true})
+	if err != nil {
+		return err
+	}
+	src, ok := cl.NodeByGroup(m.SourceGroup)
+	if !ok || !src.IsActive {
+		return invalidf("the source node of group %d is not active", m.SourceGroup)
+	}
+	dst, ok := cl.NodeByGroup(m.TargetGroup)
+	switch {
+	case !ok:
+		return invalidf("the target node group %d is not registered", m.TargetGroup)
+	case m.SourceGroup == m.TargetGroup:
+		return invalidf("source and target are the same node (%s)", src.Addr())
+	case !dst.IsActive:
+		return invalidf("target %s is not active", dst.Addr())
+	case !dst.ShouldHaveShards:
+		return invalidf("target %s has shouldhaveshards = false; it may not receive shards", dst.Addr())
+	}
+	for _, id := range m.ShardIDs {
+		p, ok := cl.PlacementOf(id)
+		if !ok {
+			return invalidf("shard %d has no placement", id)
+		}
+		if p.GroupID != m.SourceGroup {
+			return invalidf("shard %d is on group %d, not on the move's source %s", id, p.GroupID, src.Addr())
+		}
+	}
+	return nil
+}
+
+// checkNodes checks the servers: settings, free slots and senders, replica
+// identity, and names that would collide.
+func (e *Engine) checkNodes(ctx context.Context, m metadata.Move, src, dst metadata.Node, own bool) error {
+	sc, err := e.connect(ctx, src)
+	if err != nil {
+		return invalidf("cannot reach the source %s: %v", src.Addr(), err)
+	}
+	defer sc.Close(ctx)
+	dc, err := e.connect(ctx, dst)
+	if err != nil {
+		return invalidf("cannot reach the target %s: %v", dst.Addr(), err)
+	}
+	defer dc.Close(ctx)
+
+	var walLevel string
+	var preparedMax, slotsMax, slotsUsed, sendersMax, sendersUsed int
+	if err := sc.QueryRow(ctx, `SELECT current_setting('wal_level'),
+		current_setting('max_prepared_transactions')::int,
+		current_setting('max_replication_slots')::int, (SELECT count(*) FROM pg_replication_slots),
+		current_setting('max_wal_senders')::int, (SELECT count(*) FROM pg_stat_replication)`).Scan(
+		&walLevel, &preparedMax, &slotsMax, &slotsUsed, &sendersMax, &sendersUsed); err != nil {
+		return fmt.Errorf("read settings of %s: %w", src.Addr(), err)
+	}
+	switch {
+	case walLevel != "logical":
+		return invalidf("the source %s has wal_level = %s; set wal_level = logical and restart it", src.Addr(), walLevel)
+	case preparedMax == 0:
+		return invalidf("the source %s has max_prepared_transactions = 0; the cutover needs a prepared transaction: set it above 0 and restart it", src.Addr())
+	case slotsUsed >= slotsMax:
+		return invalidf("the source %s has no free replication slot (%d of %d used); raise max_replication_slots or drop unused slots", src.Addr(), slotsUsed, slotsMax)
+	case sendersUsed >= sendersMax:
+		return invalidf("the source %s has no free WAL sender (%d of %d used); raise max_wal_senders", src.Addr(), sendersUsed, sendersMax)
+	}
+	var originsMax, originsUsed int
+	if err := dc.QueryRow(ctx, `SELECT current_setting('max_replication_slots')::int, (SELECT count(*) FROM pg_replication_origin)`).Scan(&originsMax, &originsUsed); err != nil {
+		return fmt.Errorf("read settings of %s: %w", dst.Addr(), err)
+	}
+	if originsUsed >= originsMax {
+		return invalidf("the target %s has no free replication origin (%d of %d used); raise its max_replication_slots", dst.Addr(), originsUsed, originsMax)
+	}
+	if err := replication.CheckReplicaIdentity(ctx, sc, shardIdents(m)); err != nil {
+		return invalidf("%v", err)
+	}
+	// Names on the target: the shard tables must not exist there, unless
+	// they are this move's own copy from an earlier attempt.
+	for _, t := range shardIdents(m) {
+		var exists bool
+		if err := dc.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", t.Sanitize()).Scan(&exists); err != nil {
+			return err
+		}
+		if exists && !(own && e.ownsTable(ctx, m, t)) {
+			return invalidf("table %s already exists on the target %s; drop it or run `shardmover cleanup` if it is left from an earlier move", t.Sanitize(), dst.Addr())
+		}
+		// Index names of an old, fenced copy of this shard would collide.
+		var collide string
+		if err := dc.QueryRow(ctx, `SELECT coalesce(min(c.relname), '') FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+			JOIN pg_index i ON i.indexrelid = c.oid JOIN pg_class tc ON tc.oid = i.indrelid
+			WHERE n.nspname = $1 AND tc.relname LIKE $2`, t[0], escapeLike(t[1])+`\_moved\_%`).Scan(&collide); err != nil {
+			return err
+		}
+		if collide != "" {
+			return invalidf("the target %s still holds an old copy of %s from an earlier move (index %s); run `shardmover cleanup --keep-old-for 0s` first", dst.Addr(), t.Sanitize(), collide)
+		}
+	}
+	if !own {
+		return nil
+	}
+	// Leftovers with this move's name are its own (a crashed attempt): the
+	// setup phase drops them through their cleanup records.
+	return nil
+}
+
+func (e *Engine) ownsTable(ctx context.Context, m metadata.Move, t pgx.Identifier) bool {
+	if m.ID == 0 {
+		return false
+	}
+	recs, err := e.cat.Cleanups(ctx, m.ID)
+	if err != nil {
+		return false
+	}
+	for _, r := range recs {
+		if r.ObjectType == "table" && r.NodeGroup == m.TargetGroup && r.Name == t[0]+"."+t[1] {
+			return true
+		}
+	}
+	return false
+}
+
+func escapeLike(s string) string {
+	return strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`).Replace(s)
+}

@@ -1,0 +1,188 @@
+package mover
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"go.uber.org/zap"
+
+	"github.com/shardmover/shardmover/metadata"
+)
+
+// SweepOptions tunes Sweep.
+type SweepOptions struct {
+	// KeepOldFor is the grace period of fenced old shards.
+	KeepOldFor time.Duration
+	// DryRun lists what would be dropped and drops nothing.
+	DryRun bool
+}
+
+// SweepItem is one artifact Sweep dropped (or would drop, or kept).
+type SweepItem struct {
+	Node   string `json:"node"`
+	Object string `json:"object"`
+	Name   string `json:"name"`
+	Why    string `json:"why"`
+}
+
+// SweepReport says what Sweep did.
+type SweepReport struct {
+	Dropped []SweepItem `json:"dropped"`
+	Kept    []SweepItem `json:"kept"`
+}
+
+// Sweep is `shardmover cleanup`: it settles prepared transactions by the
+// recovery rule, drops the old shards of finished moves once their grace
+// period is over, drops what failed or crashed moves left behind, and finds
+// orphans: shardmover_* slots, publications and origins that no unfinished
+// move owns. Artifacts of unfinished moves are never touched.
+func (e *Engine) Sweep(ctx context.Context, opts SweepOptions) (SweepReport, error) {
+	var rep SweepReport
+	if !opts.DryRun {
+		if err := e.Recover(ctx); err != nil {
+			return rep, err
+		}
+	}
+	if err := e.cat.InstallJournal(ctx); err != nil {
+		return rep, err
+	}
+	nodes, err := e.nodes(ctx)
+	if err != nil {
+		return rep, err
+	}
+	moves, err := e.cat.Moves(ctx, metadata.MoveFilter{})
+	if err != nil {
+		return rep, err
+	}
+	byID := map[int64]metadata.Move{}
+	for _, m := range moves {
+		byID[m.ID] = m
+	}
+	live := func(id int64) bool { m, ok := byID[id]; return ok && !m.Terminal() }
+
+	recs, err := e.cat.Cleanups(ctx, 0)
+	if err != nil {
+		return rep, err
+	}
+	for _, rec := range recs {
+		n, ok := nodes[rec.NodeGroup]
+		item := SweepItem{Object: rec.ObjectType, Name: rec.Name}
+		if ok {
+			item.Node = n.Addr()
+		}
+		switch {
+		case rec.MoveID != nil && live(*rec.MoveID):
+			continue // its move is unfinished: the move owns it
+		case !ok:
+			item.Why = "its node group is no longer registered"
+			rep.Kept = append(rep.Kept, item)
+			continue
+		case rec.Policy == metadata.CleanupDeferred && time.Since(rec.CreatedAt) < opts.KeepOldFor:
+			item.Why = fmt.Sprintf("old shard kept until %s", rec.CreatedAt.Add(opts.KeepOldFor).Format(time.RFC3339))
+			rep.Kept = append(rep.Kept, item)
+			continue
+		case rec.Policy == metadata.CleanupDeferred:
+			item.Why = "old shard past its grace period"
+		default:
+			item.Why = "left by a finished move"
+		}
+		if !opts.DryRun {
+			if err := e.dropOne(ctx, n, rec); err != nil {
+				return rep, err
+			}
+			if err := e.cat.RemoveCleanup(ctx, rec.ID); err != nil {
+				return rep, err
+			}
+		}
+		rep.Dropped = append(rep.Dropped, item)
+	}
+
+	groups := make([]int32, 0, len(nodes))
+	for g := range nodes {
+		groups = append(groups, g)
+	}
+	sort.Slice(groups, func(i, j int) bool { return groups[i] < groups[j] })
+	for _, g := range groups {
+		n := nodes[g]
+		if !n.IsActive {
+			continue
+		}
+		items, err := e.orphans(ctx, n, live)
+		if err != nil {
+			return rep, fmt.Errorf("look for orphans on %s: %w", n.Addr(), err)
+		}
+		for _, it := range items {
+			if !opts.DryRun {
+				rec := metadata.CleanupRecord{ObjectType: it.Object, Name: it.Name, NodeGroup: g}
+				if err := e.dropOne(ctx, n, rec); err != nil {
+					return rep, err
+				}
+			}
+			rep.Dropped = append(rep.Dropped, it)
+		}
+	}
+	return rep, nil
+}
+
+// orphans lists shardmover_<id> slots, publications and origins on a node
+// whose move is unknown or finished.
+func (e *Engine) orphans(ctx context.Context, n metadata.Node, live func(int64) bool) ([]SweepItem, error) {
+	conn, err := e.connect(ctx, n)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close(ctx)
+	rows, err := conn.Query(ctx, `
+		SELECT 'slot', slot_name::text FROM pg_replication_slots WHERE slot_name LIKE 'shardmover\_%' AND database = current_database()
+		UNION ALL SELECT 'publication', pubname::text FROM pg_publication WHERE pubname LIKE 'shardmover\_%'
+		UNION ALL SELECT 'origin', roname FROM pg_replication_origin WHERE roname LIKE 'shardmover\_%'
+		ORDER BY 1, 2`)
+	if err != nil {
+		return nil, err
+	}
+	type obj struct{ Kind, Name string }
+	objs, err := pgx.CollectRows(rows, pgx.RowToStructByPos[obj])
+	if err != nil {
+		return nil, err
+	}
+	var out []SweepItem
+	for _, o := range objs {
+		var id int64
+		if _, err := fmt.Sscanf(o.Name, "shardmover_%d", &id); err != nil {
+			continue
+		}
+		if live(id) {
+			continue
+		}
+		out = append(out, SweepItem{Node: n.Addr(), Object: o.Kind, Name: o.Name, Why: "orphan: no unfinished move owns it"})
+	}
+	return out, nil
+}
+
+// Cancel asks a move to stop before its decision; its mover rolls it back.
+// When no mover holds the move, Cancel rolls it back itself.
+func (e *Engine) Cancel(ctx context.Context, id int64) (metadata.Move, error) {
+	m, err := e.cat.RequestCancel(ctx, id)
+	if err != nil || m.Terminal() {
+		return m, err
+	}
+	// Nobody running it? Then run it here: the loop sees the request and
+	// rolls the move back.
+	err = e.Run(ctx, id)
+	if errors.Is(err, ErrLeased) {
+		e.log.Info("cancel requested; the mover holding the move will roll it back", zap.Int64("move_id", id))
+		return e.cat.Move(ctx, id)
+	}
+	m, merr := e.cat.Move(ctx, id)
+	if merr != nil {
+		return m, merr
+	}
+	if m.Phase == Cancelled.String() || m.Phase == Done.String() {
+		return m, nil
+	}
+	return m, err
+}
