@@ -14,6 +14,7 @@ import (
 
 	"github.com/shardmover/shardmover/internal/sandbox"
 	"github.com/shardmover/shardmover/metadata"
+	"github.com/shardmover/shardmover/planner"
 )
 
 // globals are the persistent flags.
@@ -74,7 +75,8 @@ func newRoot(g *globals) *cobra.Command {
 	pf.StringVar(&g.sandboxDir, "dir", ".sandbox", "sandbox directory")
 	pf.StringVarP(&g.output, "output", "o", "table", "output format: table or json")
 	pf.StringVar(&g.logLevel, "log-level", "warn", "log level: debug, info, warn, error")
-	root.AddCommand(newSandboxCmd(g), newNodeCmd(g), newTableCmd(g), newStatusCmd(g), newWorkloadCmd(g))
+	root.AddCommand(newSandboxCmd(g), newNodeCmd(g), newTableCmd(g), newStatusCmd(g), newWorkloadCmd(g),
+		newPlanCmd(g), newMoveCmd(g), newRebalanceCmd(g), newDrainCmd(g), newDaemonCmd(g), newJobsCmd(g), newCleanupCmd(g))
 	return root
 }
 
@@ -109,6 +111,8 @@ func exitCode(err error) int {
 		errors.Is(err, metadata.ErrNotFound),
 		errors.Is(err, metadata.ErrExists),
 		errors.Is(err, metadata.ErrUnreachable),
+		errors.Is(err, metadata.ErrGroupBusy),
+		errors.Is(err, planner.ErrInvalidInput),
 		errors.Is(err, sandbox.ErrBadConfig),
 		errors.Is(err, sandbox.ErrPortInUse),
 		errors.Is(err, sandbox.ErrNoBinaries),

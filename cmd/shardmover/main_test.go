@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"net"
 	"os"
 	"path/filepath"
@@ -16,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/shardmover/shardmover/internal/sandbox/sandboxtest"
+	"github.com/shardmover/shardmover/metadata"
 )
 
 // run executes the CLI in-process and returns stdout, the error line and
@@ -150,7 +152,84 @@ func TestClusterCommands(t *testing.T) {
 	require.Equal(t, 0, code, msg)
 	assert.True(t, strings.HasPrefix(out, "{"))
 	assert.Contains(t, out, `"schema_version": 1`)
+	out, msg, code = run(t, "plan", "--coordinator", coord)
+	require.Equal(t, 0, code, msg)
+	assert.Contains(t, out, "strategy by_shard_count")
 	out, msg, code = run(t, "workload", "--coordinator", coord, "--duration", "1s", "--clients", "2", "--users", "50")
 	require.Equal(t, 0, code, msg)
 	assert.Contains(t, out, "ledger: PASS")
+}
+
+func TestMoveBadInput(t *testing.T) {
+	c := sandboxtest.New(t, 2)
+	coord := c.Coordinator().DSN()
+	for _, w := range c.Workers() {
+		_, msg, code := run(t, "node", "add", w.Addr(), "--coordinator", coord)
+		require.Equal(t, 0, code, msg)
+	}
+	_, msg, code := run(t, "sandbox", "load", "--coordinator", coord, "--users", "20", "--events", "100", "--shards", "2")
+	require.Equal(t, 0, code, msg)
+	ctx := context.Background()
+	extra, err := c.AddNode(ctx)
+	require.NoError(t, err)
+	_, msg, code = run(t, "node", "add", extra.Addr(), "--no-shards", "--coordinator", coord)
+	require.Equal(t, 0, code, msg)
+	// w1 holds the group of shard 102008, w2 does not.
+	out, msg, code := run(t, "status", "-o", "json", "--coordinator", coord)
+	require.Equal(t, 0, code, msg)
+	var st metadata.Status
+	require.NoError(t, json.Unmarshal([]byte(out), &st))
+	var w1, w2 string
+	for _, g := range st.ShardGroups {
+		if g.ShardIDs[len(g.ShardIDs)-1] == 102008 || g.ShardIDs[0] == 102008 {
+			for _, n := range st.Nodes {
+				if n.ID == g.NodeID {
+					w1 = n.Addr
+				}
+			}
+		}
+	}
+	for _, w := range c.Workers()[:2] {
+		if w.Addr() != w1 {
+			w2 = w.Addr()
+		}
+	}
+	require.NotEmpty(t, w1)
+
+	cases := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"move", "--shard", "999", "--to", w2}, "shard 999 does not exist"},
+		{[]string{"move", "--shard", "102008", "--to", w1}, "already on " + w1},
+		{[]string{"move", "--shard", "102008", "--to", "127.0.0.1:1"}, "no node 127.0.0.1:1 is registered"},
+		{[]string{"move", "--shard", "102008", "--to", extra.Addr()}, "shouldhaveshards = false"},
+		{[]string{"move", "--shard", "102008", "--to-node", "99"}, "no node has id 99"},
+		{[]string{"move", "--shard", "102008"}, "exactly one of --to"},
+		{[]string{"move", "--shard", "102008", "--to", w2, "--throttle", "fast"}, "is not a rate"},
+		{[]string{"jobs", "show", "abc"}, "is not a job id"},
+		{[]string{"jobs", "show", "77"}, "there is no job 77"},
+		{[]string{"cleanup", "--keep-old-for", "-1s"}, "must not be negative"},
+	}
+	for _, tc := range cases {
+		_, msg, code := run(t, append(tc.args, "--coordinator", coord)...)
+		assert.Equal(t, 2, code, "%v: %s", tc.args, msg)
+		assert.Contains(t, msg, tc.want, tc.args)
+	}
+	out, msg, code = run(t, "move", "--shard", "102008", "--to", w2, "--dry-run", "--coordinator", coord)
+	require.Equal(t, 0, code, msg)
+	assert.Contains(t, out, "preflight passed")
+	out, msg, code = run(t, "jobs", "list", "--coordinator", coord)
+	require.Equal(t, 0, code, msg)
+	assert.NotContains(t, out, "move", "a dry run records no job")
+
+	out, msg, code = run(t, "move", "--shard", "102008", "--to", w2, "--coordinator", coord)
+	require.Equal(t, 0, code, msg)
+	assert.Contains(t, out, "moved shard group 1:0")
+	out, msg, code = run(t, "jobs", "show", "1", "--coordinator", coord)
+	require.Equal(t, 0, code, msg)
+	assert.Contains(t, out, "done")
+	out, msg, code = run(t, "cleanup", "--keep-old-for", "0s", "--coordinator", coord)
+	require.Equal(t, 0, code, msg)
+	assert.Contains(t, out, "dropped table public.github_users_102008_moved_1")
 }

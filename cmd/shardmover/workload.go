@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sort"
@@ -42,7 +43,8 @@ func newWorkloadCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			v, err := workload.Check(cmd.Context(), r, res.Ledger)
+			// Interrupted (Ctrl-C, SIGTERM) or not, check what was acknowledged.
+			v, err := workload.Check(context.WithoutCancel(ctx), r, res.Ledger)
 			if err != nil {
 				return err
 			}

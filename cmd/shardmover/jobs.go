@@ -1,0 +1,282 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/shardmover/shardmover/metadata"
+	"github.com/shardmover/shardmover/mover"
+)
+
+func newJobsCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{Use: "jobs", Short: "List, inspect, cancel and resume jobs recorded in the journal"}
+	list := &cobra.Command{
+		Use:   "list",
+		Short: "List recent jobs",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cat, err := g.catalog(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer cat.Close()
+			jobs, err := cat.Jobs(cmd.Context(), 50)
+			if err != nil {
+				return err
+			}
+			if g.output == "json" {
+				return writeJSON(cmd.OutOrStdout(), nonNil(jobs))
+			}
+			t := newTable("JOB", "KIND", "STATE", "CREATED", "MOVES", "ERROR")
+			for _, j := range jobs {
+				moves, err := cat.Moves(cmd.Context(), metadata.MoveFilter{JobID: j.ID})
+				if err != nil {
+					return err
+				}
+				t.row(j.ID, j.Kind, j.State, j.CreatedAt.Format(time.DateTime), movesSummary(moves), j.Error)
+			}
+			t.write(cmd.OutOrStdout())
+			return nil
+		},
+	}
+	show := &cobra.Command{
+		Use:   "show JOB",
+		Short: "Show a job's moves with their phases, progress and history",
+		Args:  exactArgs(1, "give the job id"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id, err := parseID(args[0])
+			if err != nil {
+				return err
+			}
+			cat, err := g.catalog(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer cat.Close()
+			job, err := cat.Job(cmd.Context(), id)
+			if err != nil {
+				return err
+			}
+			moves, err := cat.Moves(cmd.Context(), metadata.MoveFilter{JobID: id})
+			if err != nil {
+				return err
+			}
+			if g.output == "json" {
+				type moveWithLog struct {
+					metadata.Move
+					History []metadata.MoveLog `json:"history"`
+				}
+				out := struct {
+					Job   metadata.Job  `json:"job"`
+					Moves []moveWithLog `json:"moves"`
+				}{Job: job, Moves: []moveWithLog{}}
+				for _, m := range moves {
+					h, err := cat.MoveHistory(cmd.Context(), m.ID)
+					if err != nil {
+						return err
+					}
+					out.Moves = append(out.Moves, moveWithLog{m, h})
+				}
+				return writeJSON(cmd.OutOrStdout(), out)
+			}
+			w := cmd.OutOrStdout()
+			fmt.Fprintf(w, "job %d (%s): %s, created %s\n", job.ID, job.Kind, job.State, job.CreatedAt.Format(time.DateTime))
+			if job.Error != "" {
+				fmt.Fprintf(w, "error: %s\n", job.Error)
+			}
+			t := newTable("MOVE", "SHARDS", "FROM GROUP", "TO GROUP", "PHASE", "COPIED", "ATTEMPTS", "ERROR")
+			for _, m := range moves {
+				t.row(m.ID, fmt.Sprint(m.ShardIDs), m.SourceGroup, m.TargetGroup, m.Phase,
+					humanBytes(m.BytesCopied)+"/"+humanBytes(m.BytesTotal), m.Attempts, m.Error)
+			}
+			t.write(w)
+			return nil
+		},
+	}
+	cancel := &cobra.Command{
+		Use:   "cancel JOB",
+		Short: "Cancel a job's unfinished moves (moves past their cutover decision complete instead)",
+		Args:  exactArgs(1, "give the job id"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return jobAction(cmd, g, args[0], func(ctx context.Context, eng *mover.Engine, m metadata.Move) (string, error) {
+				if m.CutoverCommitted {
+					return "past its decision: resume the job to finish it", nil
+				}
+				after, err := eng.Cancel(ctx, m.ID)
+				return after.Phase, err
+			})
+		},
+	}
+	resume := &cobra.Command{
+		Use:   "resume JOB",
+		Short: "Resume a job's unfinished moves from their journal phase",
+		Args:  exactArgs(1, "give the job id"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return jobAction(cmd, g, args[0], func(ctx context.Context, eng *mover.Engine, m metadata.Move) (string, error) {
+				err := eng.Run(ctx, m.ID)
+				if errors.Is(err, mover.ErrLeased) {
+					return "", usagef("move %d is being run by another mover right now", m.ID)
+				}
+				after, merr := eng.Cat().Move(context.WithoutCancel(ctx), m.ID)
+				if merr != nil {
+					return "", merr
+				}
+				return after.Phase, err
+			})
+		},
+	}
+	cmd.AddCommand(list, show, cancel, resume)
+	return cmd
+}
+
+func jobAction(cmd *cobra.Command, g *globals, arg string, fn func(context.Context, *mover.Engine, metadata.Move) (string, error)) error {
+	id, err := parseID(arg)
+	if err != nil {
+		return err
+	}
+	ctx := cmd.Context()
+	cat, err := g.catalog(ctx)
+	if err != nil {
+		return err
+	}
+	defer cat.Close()
+	if _, err := cat.Job(ctx, id); err != nil {
+		return err
+	}
+	cfg := mover.DefaultConfig()
+	cfg.Logger = g.log
+	cfg.OnProgress = newMoveDisplay(os.Stderr).update
+	eng := mover.New(cfg, cat)
+	if err := eng.Recover(ctx); err != nil {
+		return err
+	}
+	moves, err := cat.Moves(ctx, metadata.MoveFilter{JobID: id, ActiveOnly: true})
+	if err != nil {
+		return err
+	}
+	var failed error
+	for _, m := range moves {
+		phase, err := fn(ctx, eng, m)
+		if err != nil && ctx.Err() != nil {
+			return fmt.Errorf("interrupted; move %d can be resumed: %w", m.ID, ctx.Err())
+		}
+		if err != nil {
+			var u *usageError
+			if errors.As(err, &u) {
+				return err
+			}
+			failed = errors.Join(failed, fmt.Errorf("move %d: %w", m.ID, err))
+		}
+		fmt.Fprintf(cmd.OutOrStdout(), "move %d: %s\n", m.ID, phase)
+	}
+	all, err := cat.Moves(ctx, metadata.MoveFilter{JobID: id})
+	if err != nil {
+		return err
+	}
+	_ = cat.FinishJob(ctx, id, jobStateOf(all), errText(failed))
+	if len(moves) == 0 {
+		fmt.Fprintf(cmd.OutOrStdout(), "job %d has no unfinished moves\n", id)
+	}
+	return failed
+}
+
+// jobStateOf derives a job's state from its moves.
+func jobStateOf(moves []metadata.Move) string {
+	state := "done"
+	for _, m := range moves {
+		switch m.Phase {
+		case "failed":
+			state = "failed"
+		case "cancelled":
+			if state == "done" {
+				state = "cancelled"
+			}
+		case "done":
+		default:
+			return "paused"
+		}
+	}
+	return state
+}
+
+func movesSummary(moves []metadata.Move) string {
+	counts := map[string]int{}
+	for _, m := range moves {
+		counts[m.Phase]++
+	}
+	s := fmt.Sprintf("%d", len(moves))
+	for _, p := range []string{"done", "failed", "cancelled"} {
+		if counts[p] > 0 {
+			s += fmt.Sprintf(" %s:%d", p, counts[p])
+		}
+	}
+	return s
+}
+
+func parseID(s string) (int64, error) {
+	id, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || id <= 0 {
+		return 0, usagef("%q is not a job id (a positive number; `shardmover jobs list` shows them)", s)
+	}
+	return id, nil
+}
+
+func nonNil[T any](s []T) []T {
+	if s == nil {
+		return []T{}
+	}
+	return s
+}
+
+func newCleanupCmd(g *globals) *cobra.Command {
+	opts := mover.SweepOptions{KeepOldFor: 10 * time.Minute}
+	cmd := &cobra.Command{
+		Use:   "cleanup",
+		Short: "Drop old shards past their grace period and anything moves left behind",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if opts.KeepOldFor < 0 {
+				return usagef("--keep-old-for must not be negative, got %s", opts.KeepOldFor)
+			}
+			cat, err := g.catalog(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer cat.Close()
+			cfg := mover.DefaultConfig()
+			cfg.Logger = g.log
+			rep, err := mover.New(cfg, cat).Sweep(cmd.Context(), opts)
+			if err != nil {
+				return err
+			}
+			if g.output == "json" {
+				rep.Dropped, rep.Kept = nonNil(rep.Dropped), nonNil(rep.Kept)
+				return writeJSON(cmd.OutOrStdout(), rep)
+			}
+			verb := "dropped"
+			if opts.DryRun {
+				verb = "would drop"
+			}
+			w := cmd.OutOrStdout()
+			for _, it := range rep.Dropped {
+				fmt.Fprintf(w, "%s %s %s on %s (%s)\n", verb, it.Object, it.Name, it.Node, it.Why)
+			}
+			for _, it := range rep.Kept {
+				fmt.Fprintf(w, "kept %s %s on %s (%s)\n", it.Object, it.Name, it.Node, it.Why)
+			}
+			if len(rep.Dropped)+len(rep.Kept) == 0 {
+				fmt.Fprintln(w, "nothing to clean up")
+			}
+			return nil
+		},
+	}
+	cmd.Flags().DurationVar(&opts.KeepOldFor, "keep-old-for", opts.KeepOldFor, "grace period before old shards of finished moves are dropped")
+	cmd.Flags().BoolVar(&opts.DryRun, "dry-run", false, "list what would be dropped")
+	return cmd
+}

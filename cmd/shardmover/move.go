@@ -1,0 +1,273 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/shardmover/shardmover/metadata"
+	"github.com/shardmover/shardmover/mover"
+)
+
+func newMoveCmd(g *globals) *cobra.Command {
+	var (
+		shard    int64
+		to       string
+		toNode   int32
+		dryRun   bool
+		throttle string
+	)
+	cmd := &cobra.Command{
+		Use:   "move --shard ID (--to HOST:PORT | --to-node ID)",
+		Short: "Move the shard group holding a shard to another node, online",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if shard <= 0 {
+				return usagef("--shard is required: give the id of any shard of the group to move")
+			}
+			if (to == "") == (toNode == 0) {
+				return usagef("give exactly one of --to host:port and --to-node ID")
+			}
+			rate, err := parseRate(throttle)
+			if err != nil {
+				return err
+			}
+			ctx := cmd.Context()
+			cat, err := g.catalog(ctx)
+			if err != nil {
+				return err
+			}
+			defer cat.Close()
+			target, err := findNode(ctx, cat, to, toNode)
+			if err != nil {
+				return err
+			}
+			disp := newMoveDisplay(os.Stderr)
+			cfg := mover.DefaultConfig()
+			cfg.Logger = g.log
+			cfg.BytesPerSecond = rate
+			cfg.OnProgress = disp.update
+			eng := mover.New(cfg, cat)
+			specs, err := eng.Resolve(ctx, []mover.Request{{ShardID: shard, Target: target}})
+			if err != nil {
+				return err
+			}
+			if err := eng.Preflight(ctx, specs[0]); err != nil {
+				return err
+			}
+			if dryRun {
+				fmt.Fprintf(cmd.OutOrStdout(), "preflight passed: shard group %s (shards %v, %s) can move to %s\n",
+					specs[0].Group.Key(), specs[0].Group.ShardIDs, humanBytes(specs[0].Group.Bytes), target.Addr())
+				return nil
+			}
+			if err := eng.Recover(ctx); err != nil {
+				return err
+			}
+			job, moves, err := eng.Schedule(ctx, "move", specs)
+			if err != nil {
+				return err
+			}
+			m := moves[0]
+			fmt.Fprintf(cmd.ErrOrStderr(), "job %d: move %d: shard group %s (shards %v) to %s\n", job.ID, m.ID, specs[0].Group.Key(), m.ShardIDs, target.Addr())
+			err = eng.Run(ctx, m.ID)
+			disp.finish()
+			state := "done"
+			if err != nil {
+				state = "failed"
+			}
+			if errors.Is(err, context.Canceled) {
+				state = "interrupted"
+			}
+			_ = cat.FinishJob(context.WithoutCancel(ctx), job.ID, finalJobState(state), errText(err))
+			if err != nil {
+				if errors.Is(err, context.Canceled) {
+					return fmt.Errorf("interrupted: move %d stopped in a resumable state; continue it with `shardmover jobs resume %d` or roll it back with `shardmover jobs cancel %d`", m.ID, job.ID, job.ID)
+				}
+				return fmt.Errorf("move %d failed: %w; the source still serves the group, and `shardmover jobs show %d` has the details", m.ID, err, job.ID)
+			}
+			final, err := cat.Move(context.WithoutCancel(ctx), m.ID)
+			if err != nil {
+				return err
+			}
+			if g.output == "json" {
+				return writeJSON(cmd.OutOrStdout(), final)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "moved shard group %s (shards %v, %s) to %s; old shards are dropped by `shardmover cleanup` after the grace period\n",
+				specs[0].Group.Key(), final.ShardIDs, humanBytes(final.BytesTotal), target.Addr())
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.Int64Var(&shard, "shard", 0, "any shard id of the group to move")
+	f.StringVar(&to, "to", "", "target node as host:port")
+	f.Int32Var(&toNode, "to-node", 0, "target node id")
+	f.BoolVar(&dryRun, "dry-run", false, "run the preflight checks only")
+	f.StringVar(&throttle, "throttle", "", "copy bandwidth limit, e.g. 50MB/s (default: none)")
+	return cmd
+}
+
+func finalJobState(s string) string {
+	if s == "interrupted" {
+		return "paused"
+	}
+	return s
+}
+
+func errText(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+func findNode(ctx context.Context, cat *metadata.Catalog, addr string, id int32) (metadata.Node, error) {
+	if addr != "" {
+		return cat.NodeByAddr(ctx, addr)
+	}
+	nodes, err := cat.Nodes(ctx)
+	if err != nil {
+		return metadata.Node{}, err
+	}
+	for _, n := range nodes {
+		if n.ID == id {
+			return n, nil
+		}
+	}
+	return metadata.Node{}, usagef("no node has id %d; `shardmover node list` shows the nodes", id)
+}
+
+// parseRate reads "50MB/s", "1GiB/s", "500KB/s" or a plain byte count.
+func parseRate(s string) (int64, error) {
+	if s == "" {
+		return 0, nil
+	}
+	t := strings.TrimSuffix(strings.TrimSpace(s), "/s")
+	units := []struct {
+		suffix string
+		mult   int64
+	}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}, {"GB", 1e9}, {"MB", 1e6}, {"KB", 1e3}, {"B", 1}}
+	mult := int64(1)
+	for _, u := range units {
+		if strings.HasSuffix(t, u.suffix) {
+			mult = u.mult
+			t = strings.TrimSuffix(t, u.suffix)
+			break
+		}
+	}
+	v, err := strconv.ParseFloat(strings.TrimSpace(t), 64)
+	if err != nil || v <= 0 {
+		return 0, usagef("--throttle %q is not a rate: write it like 50MB/s or 1GiB/s", s)
+	}
+	return int64(v * float64(mult)), nil
+}
+
+// moveDisplay shows live progress of moves: one redrawn line per move on a
+// terminal, a log line every few seconds otherwise.
+type moveDisplay struct {
+	mu    sync.Mutex
+	w     *os.File
+	tty   bool
+	last  map[int64]mover.Progress
+	start map[int64]time.Time
+	lines int
+	shown time.Time
+}
+
+func newMoveDisplay(w *os.File) *moveDisplay {
+	return &moveDisplay{w: w, tty: isTerminal(w), last: map[int64]mover.Progress{}, start: map[int64]time.Time{}}
+}
+
+func (d *moveDisplay) update(p mover.Progress) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if _, ok := d.start[p.MoveID]; !ok {
+		d.start[p.MoveID] = time.Now()
+	}
+	prev := d.last[p.MoveID]
+	d.last[p.MoveID] = p
+	phaseChanged := prev.Phase != p.Phase
+	if !phaseChanged && time.Since(d.shown) < 500*time.Millisecond && d.tty {
+		return
+	}
+	if !d.tty && !phaseChanged && time.Since(d.shown) < 5*time.Second {
+		return
+	}
+	d.shown = time.Now()
+	if !d.tty {
+		fmt.Fprintln(d.w, d.line(p.MoveID))
+		return
+	}
+	if d.lines > 0 {
+		fmt.Fprintf(d.w, "\033[%dA", d.lines)
+	}
+	d.lines = 0
+	ids := sortedIDs(d.last)
+	done := 0
+	for _, id := range ids {
+		if d.last[id].Phase.Terminal() {
+			done++
+		}
+		fmt.Fprint(d.w, d.line(id)+"\033[K\n")
+		d.lines++
+	}
+	if len(ids) > 1 {
+		frac := float64(done) / float64(len(ids))
+		eta := ""
+		if done > 0 && done < len(ids) {
+			var first time.Time
+			for _, t := range d.start {
+				if first.IsZero() || t.Before(first) {
+					first = t
+				}
+			}
+			per := time.Since(first) / time.Duration(done)
+			eta = " eta " + (per * time.Duration(len(ids)-done)).Round(time.Second).String()
+		}
+		fmt.Fprintf(d.w, "overall %s %d/%d moves ended%s\033[K\n", bar(frac, 30), done, len(ids), eta)
+		d.lines++
+	}
+}
+
+func (d *moveDisplay) line(id int64) string {
+	p := d.last[id]
+	el := time.Since(d.start[id]).Seconds()
+	s := fmt.Sprintf("%s move %d %-11s", time.Now().Format(time.TimeOnly), id, p.Phase)
+	switch {
+	case p.Phase == mover.Copying && p.BytesTotal > 0:
+		frac := float64(p.BytesDone) / float64(p.BytesTotal)
+		rate := float64(p.BytesDone) / max(el, 0.001)
+		s += fmt.Sprintf(" %s %3.0f%% %s/%s %s/s", bar(frac, 20), frac*100, humanBytes(p.BytesDone), humanBytes(p.BytesTotal), humanBytes(int64(rate)))
+		if rate > 0 {
+			eta := time.Duration(float64(p.BytesTotal-p.BytesDone)/rate) * time.Second
+			s += fmt.Sprintf(" eta %s", eta.Round(time.Second))
+		}
+	case p.BytesDone > 0:
+		s += fmt.Sprintf(" copied %s", humanBytes(p.BytesDone))
+	}
+	if p.Phase == mover.CatchingUp || p.Phase == mover.Cutover {
+		s += fmt.Sprintf(" lag %s %s", humanBytes(int64(p.LagBytes)), p.Lag.Round(time.Millisecond))
+	}
+	return s
+}
+
+func (d *moveDisplay) finish() {}
+
+func sortedIDs(m map[int64]mover.Progress) []int64 {
+	ids := make([]int64, 0, len(m))
+	for id := range m {
+		ids = append(ids, id)
+	}
+	for i := 1; i < len(ids); i++ {
+		for j := i; j > 0 && ids[j] < ids[j-1]; j-- {
+			ids[j], ids[j-1] = ids[j-1], ids[j]
+		}
+	}
+	return ids
+}

@@ -1,0 +1,89 @@
+package main
+
+import (
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"github.com/shardmover/shardmover/metadata"
+	"github.com/shardmover/shardmover/planner"
+	"github.com/shardmover/shardmover/scheduler"
+)
+
+func newPlanCmd(g *globals) *cobra.Command {
+	opts := scheduler.DefaultPlanOptions()
+	var (
+		threshold, improvement float64
+		capacity               []string
+		snapshot               string
+	)
+	cmd := &cobra.Command{
+		Use:   "plan",
+		Short: "Compute a rebalance plan (moves, reasons, before/after per node) without moving anything",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if cmd.Flags().Changed("threshold") {
+				opts.Threshold = &threshold
+			}
+			if cmd.Flags().Changed("improvement-threshold") {
+				opts.ImprovementThreshold = &improvement
+			}
+			var err error
+			if opts.Capacity, err = scheduler.ParseCapacity(capacity); err != nil {
+				return err
+			}
+			st, err := loadStatus(cmd, g, snapshot)
+			if err != nil {
+				return err
+			}
+			in, err := scheduler.BuildInput(st, opts)
+			if err != nil {
+				return err
+			}
+			res, err := planner.Plan(in)
+			if err != nil {
+				return usagef("%v", err)
+			}
+			if g.output == "json" {
+				return writeJSON(cmd.OutOrStdout(), res)
+			}
+			return res.Render(cmd.OutOrStdout())
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&opts.Strategy, "strategy", opts.Strategy, "by_shard_count or by_disk_size")
+	f.Float64Var(&threshold, "threshold", 0, "balanced when every node is within (1 ± threshold) × average (default: the strategy's)")
+	f.Float64Var(&improvement, "improvement-threshold", 0, "skip moves whose balance gain is small for their size (default: the strategy's)")
+	f.IntVar(&opts.MaxMoves, "max-moves", opts.MaxMoves, "most balancing moves (drains are never limited)")
+	f.IntVar(&opts.MaxPerNode, "per-node", opts.MaxPerNode, "moves one node may take part in at once (sets the waves)")
+	f.BoolVar(&opts.DrainOnly, "drain-only", false, "only move groups off nodes that must be emptied")
+	f.StringArrayVar(&opts.Drain, "drain", nil, "node host:port to empty (repeatable)")
+	f.StringArrayVar(&capacity, "capacity", nil, "relative capacity host:port=N (repeatable)")
+	f.Int64SliceVar(&opts.Exclude, "exclude", nil, "shard id whose group must not move (repeatable)")
+	f.StringVar(&snapshot, "snapshot", "", "plan from a `shardmover status -o json` file instead of a live cluster")
+	f.StringArrayVar(&opts.AddNodes, "add-node", nil, "simulate a node not yet added: host:port[=capacity] (repeatable)")
+	return cmd
+}
+
+// loadStatus reads the cluster status from a snapshot file or the live cluster.
+func loadStatus(cmd *cobra.Command, g *globals, file string) (metadata.Status, error) {
+	if file != "" {
+		f, err := os.Open(file)
+		if err != nil {
+			return metadata.Status{}, usagef("--snapshot %s cannot be read: %v", file, err)
+		}
+		defer f.Close()
+		return metadata.ReadStatus(f)
+	}
+	ctx := cmd.Context()
+	cat, err := g.catalog(ctx)
+	if err != nil {
+		return metadata.Status{}, err
+	}
+	defer cat.Close()
+	cl, err := cat.Snapshot(ctx, metadata.SnapshotOptions{})
+	if err != nil {
+		return metadata.Status{}, err
+	}
+	return cl.Status(cat.CoordinatorAddr()), nil
+}

@@ -1,0 +1,249 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/shardmover/shardmover/metadata"
+	"github.com/shardmover/shardmover/mover"
+	"github.com/shardmover/shardmover/planner"
+	"github.com/shardmover/shardmover/scheduler"
+)
+
+// jobFlags are the flags shared by rebalance, drain and daemon.
+type jobFlags struct {
+	plan                   scheduler.PlanOptions
+	limits                 mover.Limits
+	bandwidth              string
+	threshold, improvement float64
+}
+
+func (f *jobFlags) register(cmd *cobra.Command, withPlan bool) {
+	f.plan = scheduler.DefaultPlanOptions()
+	f.limits = mover.DefaultLimits()
+	fl := cmd.Flags()
+	if withPlan {
+		fl.StringVar(&f.plan.Strategy, "strategy", f.plan.Strategy, "by_shard_count or by_disk_size")
+		fl.Float64Var(&f.threshold, "threshold", 0, "balanced when every node is within (1 ± threshold) × average (default: the strategy's)")
+		fl.Float64Var(&f.improvement, "improvement-threshold", 0, "skip moves whose gain is small for their size (default: the strategy's)")
+		fl.IntVar(&f.plan.MaxMoves, "max-moves", f.plan.MaxMoves, "most balancing moves")
+	}
+	fl.IntVar(&f.limits.Concurrency, "concurrency", f.limits.Concurrency, "moves running at once in the cluster")
+	fl.IntVar(&f.limits.PerNode, "per-node", f.limits.PerNode, "running moves one node may take part in (sending or receiving)")
+	fl.StringVar(&f.bandwidth, "max-bandwidth", "", "total copy bandwidth, e.g. 100MB/s (default: none)")
+}
+
+func (f *jobFlags) resolve(cmd *cobra.Command) error {
+	if f.limits.Concurrency < 1 {
+		return usagef("--concurrency must be at least 1, got %d", f.limits.Concurrency)
+	}
+	if f.limits.PerNode < 1 {
+		return usagef("--per-node must be at least 1, got %d", f.limits.PerNode)
+	}
+	f.plan.MaxPerNode = f.limits.PerNode
+	if cmd.Flags().Changed("threshold") {
+		f.plan.Threshold = &f.threshold
+	}
+	if cmd.Flags().Changed("improvement-threshold") {
+		f.plan.ImprovementThreshold = &f.improvement
+	}
+	rate, err := parseRate(f.bandwidth)
+	if err != nil {
+		return usagef("--max-bandwidth %q is not a rate: write it like 100MB/s", f.bandwidth)
+	}
+	f.limits.BytesPerSecond = rate
+	return nil
+}
+
+func newRebalanceCmd(g *globals) *cobra.Command {
+	var f jobFlags
+	var dryRun, yes bool
+	cmd := &cobra.Command{
+		Use:   "rebalance",
+		Short: "Plan and run a rebalance job online, moves in parallel within limits",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := f.resolve(cmd); err != nil {
+				return err
+			}
+			ctx := cmd.Context()
+			cat, err := g.catalog(ctx)
+			if err != nil {
+				return err
+			}
+			defer cat.Close()
+			disp := newMoveDisplay(os.Stderr)
+			cfg := mover.DefaultConfig()
+			cfg.Logger = g.log
+			cfg.OnProgress = disp.update
+			runner := scheduler.NewRunner(cat, cfg, nil)
+			if dryRun {
+				res, err := runner.Plan(ctx, f.plan)
+				if err != nil {
+					return err
+				}
+				if g.output == "json" {
+					return writeJSON(cmd.OutOrStdout(), res)
+				}
+				return res.Render(cmd.OutOrStdout())
+			}
+			var refused error
+			req := scheduler.JobRequest{Kind: "rebalance", Plan: f.plan, Limits: f.limits,
+				Confirm: func(res planner.Result) bool {
+					if g.output == "table" {
+						_ = res.Render(cmd.ErrOrStderr())
+					}
+					if yes {
+						return true
+					}
+					if !isTerminal(os.Stdin) {
+						refused = usagef("the plan moves %d shard groups; run again with --yes to start it without a prompt", len(res.Moves))
+						return false
+					}
+					fmt.Fprintf(cmd.ErrOrStderr(), "start this rebalance (%d moves)? [y/N] ", len(res.Moves))
+					line, _ := bufio.NewReader(os.Stdin).ReadString('\n')
+					if a := strings.TrimSpace(strings.ToLower(line)); a != "y" && a != "yes" {
+						refused = usagef("not started: the answer was not yes")
+						return false
+					}
+					return true
+				},
+				OnJob: func(j metadata.Job) { fmt.Fprintf(cmd.ErrOrStderr(), "job %d started\n", j.ID) },
+			}
+			out, err := runner.Run(ctx, req)
+			if refused != nil {
+				return refused
+			}
+			return reportJob(cmd, g, out, err)
+		},
+	}
+	f.register(cmd, true)
+	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "print the plan and stop")
+	cmd.Flags().BoolVar(&yes, "yes", false, "start without asking")
+	return cmd
+}
+
+func reportJob(cmd *cobra.Command, g *globals, out scheduler.JobOutcome, err error) error {
+	if out.Job == nil && err == nil {
+		fmt.Fprintln(cmd.OutOrStdout(), "already balanced: nothing to move")
+		return nil
+	}
+	if err != nil && out.Job == nil {
+		return err
+	}
+	id := out.Job.ID
+	if errors.Is(err, context.Canceled) {
+		return fmt.Errorf("interrupted: job %d paused (%d moves done, %d unfinished); resume it with `shardmover jobs resume %d` or cancel it with `shardmover jobs cancel %d`",
+			id, out.Result.Done, out.Result.Unfinished, id, id)
+	}
+	if g.output == "json" {
+		if werr := writeJSON(cmd.OutOrStdout(), map[string]any{"job_id": id, "result": out.Result, "plan": out.Plan}); werr != nil {
+			return werr
+		}
+	} else {
+		fmt.Fprintf(cmd.OutOrStdout(), "job %d: %d moves done, %d failed, %d cancelled, %d unfinished\n",
+			id, out.Result.Done, out.Result.Failed, out.Result.Cancelled, out.Result.Unfinished)
+	}
+	if err != nil {
+		return fmt.Errorf("job %d finished with failed moves: %w; `shardmover jobs show %d` has the details (failed moves left their sources serving)", id, err, id)
+	}
+	return nil
+}
+
+func newDrainCmd(g *globals) *cobra.Command {
+	var f jobFlags
+	var node string
+	cmd := &cobra.Command{
+		Use:   "drain --node HOST:PORT",
+		Short: "Set shouldhaveshards = false on a node and move every shard group off it, as one job",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if node == "" {
+				return usagef("--node is required: name the node to drain as host:port")
+			}
+			if _, _, err := metadata.ParseAddr(node); err != nil {
+				return err
+			}
+			if err := f.resolve(cmd); err != nil {
+				return err
+			}
+			ctx := cmd.Context()
+			cat, err := g.catalog(ctx)
+			if err != nil {
+				return err
+			}
+			defer cat.Close()
+			cfg := mover.DefaultConfig()
+			cfg.Logger = g.log
+			cfg.OnProgress = newMoveDisplay(os.Stderr).update
+			out, err := scheduler.NewRunner(cat, cfg, nil).Drain(ctx, node, f.plan, f.limits)
+			if out.Job == nil && err == nil {
+				fmt.Fprintf(cmd.OutOrStdout(), "%s holds no shard groups; it is marked shouldhaveshards = false\n", node)
+				return nil
+			}
+			return reportJob(cmd, g, out, err)
+		},
+	}
+	f.register(cmd, false)
+	cmd.Flags().StringVar(&node, "node", "", "node to drain, host:port")
+	return cmd
+}
+
+func newDaemonCmd(g *globals) *cobra.Command {
+	var f jobFlags
+	cfg := scheduler.DefaultDaemonConfig()
+	cmd := &cobra.Command{
+		Use:   "daemon",
+		Short: "Keep the cluster balanced: rebalance after nodes are added and on cron schedules; serve metrics",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := f.resolve(cmd); err != nil {
+				return err
+			}
+			cfg.Plan, cfg.Limits = f.plan, f.limits
+			// The daemon logs JSON lines at info.
+			zc := zap.NewProductionConfig()
+			zc.EncoderConfig.EncodeTime = zapcore.ISO8601TimeEncoder
+			if lvl, err := zapcore.ParseLevel(g.logLevel); err == nil && cmd.Flags().Changed("log-level") {
+				zc.Level = zap.NewAtomicLevelAt(lvl)
+			}
+			log, err := zc.Build()
+			if err != nil {
+				return err
+			}
+			defer func() { _ = log.Sync() }()
+			cfg.Mover = mover.DefaultConfig()
+			cfg.Mover.Logger = log
+			ctx := cmd.Context()
+			cat, err := g.catalog(ctx)
+			if err != nil {
+				return err
+			}
+			defer cat.Close()
+			d, err := scheduler.NewDaemon(cfg, cat)
+			if err != nil {
+				return err
+			}
+			err = d.Start(ctx)
+			log.Info("daemon stopped")
+			return err
+		},
+	}
+	f.register(cmd, true)
+	fl := cmd.Flags()
+	fl.StringVar(&cfg.Listen, "listen", cfg.Listen, "HTTP address for /metrics, /healthz, /readyz, /status")
+	fl.DurationVar(&cfg.Settle, "settle", cfg.Settle, "quiet time after a node is added before rebalancing")
+	fl.DurationVar(&cfg.Poll, "poll", cfg.Poll, "how often pg_dist_node is read")
+	fl.StringArrayVar(&cfg.Schedules, "schedule", nil, `cron schedule for rebalancing, e.g. "0 3 * * *" (repeatable; 6 fields for seconds)`)
+	fl.StringVar(&cfg.Timezone, "timezone", "", "time zone of the schedules (IANA name; default local)")
+
+	return cmd
+}

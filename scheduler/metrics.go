@@ -1,0 +1,95 @@
+package scheduler
+
+import (
+	"context"
+	"strconv"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/shardmover/shardmover/metadata"
+	"github.com/shardmover/shardmover/mover"
+)
+
+// Metrics are the daemon's Prometheus metrics, on their own registry.
+type Metrics struct {
+	Registry     *prometheus.Registry
+	MovesByPhase *prometheus.GaugeVec
+	BytesCopied  prometheus.Counter
+	Lag          *prometheus.GaugeVec
+	CutoverPause prometheus.Histogram
+	JobDuration  *prometheus.HistogramVec
+	Leader       prometheus.Gauge
+	Imbalance    prometheus.Gauge
+	Triggers     *prometheus.CounterVec
+
+	mu     sync.Mutex
+	copied map[int64]int64
+}
+
+// NewMetrics registers every metric on a fresh registry.
+func NewMetrics() *Metrics {
+	m := &Metrics{
+		Registry: prometheus.NewRegistry(),
+		MovesByPhase: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "shardmover_moves",
+			Help: "Moves recorded in the journal, by phase."}, []string{"phase"}),
+		BytesCopied: prometheus.NewCounter(prometheus.CounterOpts{Name: "shardmover_bytes_copied_total",
+			Help: "Bytes copied by snapshot copies of this process."}),
+		Lag: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "shardmover_replication_lag_bytes",
+			Help: "Replication lag of running moves in bytes."}, []string{"move_id"}),
+		CutoverPause: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "shardmover_cutover_write_pause_seconds",
+			Help: "Write pause of committed cutovers.", Buckets: []float64{.01, .025, .05, .1, .25, .5, 1, 2, 5}}),
+		JobDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "shardmover_job_duration_seconds",
+			Help: "Duration of rebalance and drain jobs.", Buckets: prometheus.ExponentialBuckets(1, 2, 14)}, []string{"kind"}),
+		Leader: prometheus.NewGauge(prometheus.GaugeOpts{Name: "shardmover_leader",
+			Help: "1 while this daemon leads the cluster."}),
+		Imbalance: prometheus.NewGauge(prometheus.GaugeOpts{Name: "shardmover_plan_imbalance",
+			Help: "Largest relative distance of a node's utilization from the average after the last plan."}),
+		Triggers: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "shardmover_triggers_total",
+			Help: "Rebalance triggers, by source."}, []string{"source"}),
+		copied: map[int64]int64{},
+	}
+	m.Registry.MustRegister(m.MovesByPhase, m.BytesCopied, m.Lag, m.CutoverPause, m.JobDuration, m.Leader, m.Imbalance, m.Triggers,
+		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+	return m
+}
+
+// progress feeds copy bytes and lag from a move's progress reports.
+func (m *Metrics) progress(p mover.Progress) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	id := p.MoveID
+	if p.Phase == mover.Copying && p.BytesDone > m.copied[id] {
+		m.BytesCopied.Add(float64(p.BytesDone - m.copied[id]))
+		m.copied[id] = p.BytesDone
+	}
+	label := prometheus.Labels{"move_id": itoa64(id)}
+	switch {
+	case p.Phase == mover.CatchingUp || p.Phase == mover.Cutover:
+		m.Lag.With(label).Set(float64(p.LagBytes))
+	case p.Phase.Terminal() || p.Phase == mover.Cleanup:
+		m.Lag.Delete(label)
+		delete(m.copied, id)
+	}
+}
+
+// refreshPhases sets the moves-by-phase gauge from the journal.
+func (m *Metrics) refreshPhases(ctx context.Context, cat *metadata.Catalog) error {
+	moves, err := cat.Moves(ctx, metadata.MoveFilter{})
+	if err != nil {
+		return err
+	}
+	counts := map[string]float64{}
+	for p := mover.Scheduled; p <= mover.Cancelled; p++ {
+		counts[p.String()] = 0
+	}
+	for _, mv := range moves {
+		counts[mv.Phase]++
+	}
+	for p, n := range counts {
+		m.MovesByPhase.WithLabelValues(p).Set(n)
+	}
+	return nil
+}
+
+func itoa64(v int64) string { return strconv.FormatInt(v, 10) }

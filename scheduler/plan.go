@@ -1,0 +1,196 @@
+package scheduler
+
+import (
+	"fmt"
+	"math"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/shardmover/shardmover/metadata"
+	"github.com/shardmover/shardmover/planner"
+)
+
+// PlanOptions are the operator's planning choices, as the CLI takes them.
+type PlanOptions struct {
+	Strategy string
+	// Threshold and ImprovementThreshold are nil for the strategy's default.
+	Threshold            *float64
+	ImprovementThreshold *float64
+	// MaxMoves limits balancing moves (Citus's default is 1000000).
+	MaxMoves int
+	// MaxPerNode is how many moves one node takes part in per wave.
+	MaxPerNode int
+	DrainOnly  bool
+	// Drain lists nodes (host:port) to empty.
+	Drain []string
+	// Capacity sets relative capacities by host:port.
+	Capacity map[string]float64
+	// Exclude lists shard ids whose groups must not move.
+	Exclude []int64
+	// AddNodes simulates nodes not yet added: "host:port" or "host:port=capacity".
+	AddNodes []string
+}
+
+// DefaultPlanOptions: by_shard_count with Citus's defaults.
+func DefaultPlanOptions() PlanOptions {
+	return PlanOptions{Strategy: "by_shard_count", MaxMoves: 1000000, MaxPerNode: 1}
+}
+
+// BuildInput turns a cluster status (live or from a snapshot file) and the
+// operator's options into planner input. Errors match metadata.ErrInvalid
+// and say which flag is wrong and how.
+func BuildInput(st metadata.Status, o PlanOptions) (planner.Input, error) {
+	strategy, err := planner.ParseStrategy(o.Strategy)
+	if err != nil {
+		return planner.Input{}, invalidf("--strategy %q does not exist; use by_shard_count or by_disk_size", o.Strategy)
+	}
+	in := planner.DefaultInput(strategy)
+	if o.Threshold != nil {
+		if math.IsNaN(*o.Threshold) || *o.Threshold < 0 || *o.Threshold >= 1 {
+			return in, invalidf("--threshold must be a number from 0 up to (not including) 1, got %v", *o.Threshold)
+		}
+		in.Threshold = *o.Threshold
+	}
+	if o.ImprovementThreshold != nil {
+		if math.IsNaN(*o.ImprovementThreshold) || *o.ImprovementThreshold < 0 || math.IsInf(*o.ImprovementThreshold, 0) {
+			return in, invalidf("--improvement-threshold must be a number of 0 or more, got %v", *o.ImprovementThreshold)
+		}
+		in.ImprovementThreshold = *o.ImprovementThreshold
+	}
+	if o.MaxMoves < 0 {
+		return in, invalidf("--max-moves must be 0 or more, got %d", o.MaxMoves)
+	}
+	in.MaxMoves = o.MaxMoves
+	if o.MaxPerNode < 1 {
+		return in, invalidf("--per-node must be at least 1, got %d", o.MaxPerNode)
+	}
+	in.MaxPerNode = o.MaxPerNode
+	in.DrainOnly = o.DrainOnly
+
+	byAddr := map[string]*planner.Node{}
+	var maxID int64
+	inactive := map[int64]bool{}
+	for _, n := range st.Nodes {
+		maxID = max(maxID, int64(n.ID))
+		if n.Role == "coordinator" && n.ShardGroups == 0 {
+			continue
+		}
+		capacity := n.Capacity
+		if capacity == 0 && n.ShouldHaveShards {
+			capacity = 1
+		}
+		if !n.IsActive {
+			inactive[int64(n.ID)] = true
+		}
+		in.Nodes = append(in.Nodes, planner.Node{ID: int64(n.ID), Name: n.Addr, Capacity: capacity, ShouldHaveShards: n.ShouldHaveShards && n.IsActive})
+	}
+	for _, spec := range o.AddNodes {
+		addr, capText, hasCap := strings.Cut(spec, "=")
+		if _, _, err := metadata.ParseAddr(addr); err != nil {
+			return in, invalidf("--add-node %q is not host:port[=capacity]", spec)
+		}
+		capacity := 1.0
+		if hasCap {
+			capacity, err = strconv.ParseFloat(capText, 64)
+			if err != nil || capacity < 0 || math.IsNaN(capacity) || math.IsInf(capacity, 0) {
+				return in, invalidf("--add-node %q has no valid capacity (a number of 0 or more)", spec)
+			}
+		}
+		for _, n := range in.Nodes {
+			if n.Name == addr {
+				return in, invalidf("--add-node %s is already in the cluster", addr)
+			}
+		}
+		maxID++
+		in.Nodes = append(in.Nodes, planner.Node{ID: maxID, Name: addr, Capacity: capacity, ShouldHaveShards: true})
+	}
+	for i := range in.Nodes {
+		byAddr[in.Nodes[i].Name] = &in.Nodes[i]
+	}
+	for _, addr := range o.Drain {
+		n, ok := byAddr[addr]
+		if !ok {
+			return in, invalidf("--drain %s: no such node in the cluster; `shardmover status` lists the nodes", addr)
+		}
+		n.Drain = true
+	}
+	addrs := make([]string, 0, len(o.Capacity))
+	for a := range o.Capacity {
+		addrs = append(addrs, a)
+	}
+	sort.Strings(addrs)
+	for _, addr := range addrs {
+		c := o.Capacity[addr]
+		n, ok := byAddr[addr]
+		if !ok {
+			return in, invalidf("--capacity %s: no such node in the cluster; `shardmover status` lists the nodes", addr)
+		}
+		if c < 0 || math.IsNaN(c) || math.IsInf(c, 0) {
+			return in, invalidf("--capacity %s=%v: a capacity is a number of 0 or more", addr, c)
+		}
+		n.Capacity = c
+	}
+	usable := false
+	for _, n := range in.Nodes {
+		if n.Capacity > 0 && n.ShouldHaveShards && !n.Drain {
+			usable = true
+		}
+	}
+	if !usable && len(st.ShardGroups) > 0 {
+		return in, invalidf("no node may hold shards (every node has capacity 0, is drained or has shouldhaveshards = false); nothing could be placed")
+	}
+
+	excluded := map[string]bool{}
+	for _, id := range o.Exclude {
+		found := false
+		for _, g := range st.ShardGroups {
+			for _, s := range g.ShardIDs {
+				if s == id {
+					excluded[g.ID], found = true, true
+				}
+			}
+		}
+		if !found {
+			return in, invalidf("--exclude %d: no such shard in the cluster", id)
+		}
+	}
+	for _, g := range st.ShardGroups {
+		in.Groups = append(in.Groups, planner.Group{
+			ID: g.ID, ColocationID: int64(g.ColocationID), Index: g.Index, ShardIDs: g.ShardIDs, Tables: g.Tables,
+			Bytes: g.Bytes, Node: int64(g.NodeID),
+			// A group on an inactive node cannot be copied from.
+			Excluded: excluded[g.ID] || inactive[int64(g.NodeID)],
+		})
+	}
+	if len(inactive) > 0 {
+		in.Allowed = func(_ planner.Group, n planner.Node) bool { return !inactive[n.ID] }
+	}
+	return in, nil
+}
+
+// ParseCapacity reads "host:port=2" into the map.
+func ParseCapacity(specs []string) (map[string]float64, error) {
+	out := map[string]float64{}
+	for _, s := range specs {
+		addr, v, ok := strings.Cut(s, "=")
+		if !ok {
+			return nil, invalidf("--capacity %q must be host:port=number, e.g. 10.0.0.5:5432=2", s)
+		}
+		c, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			return nil, invalidf("--capacity %q: %q is not a number", s, v)
+		}
+		out[addr] = c
+	}
+	return out, nil
+}
+
+type invalidError struct{ msg string }
+
+func (e *invalidError) Error() string        { return e.msg }
+func (e *invalidError) Is(target error) bool { return target == metadata.ErrInvalid }
+
+func invalidf(format string, args ...any) error {
+	return &invalidError{msg: fmt.Sprintf(format, args...)}
+}

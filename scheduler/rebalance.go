@@ -1,0 +1,281 @@
+package scheduler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/shardmover/shardmover/metadata"
+	"github.com/shardmover/shardmover/mover"
+	"github.com/shardmover/shardmover/planner"
+)
+
+// Runner plans and runs rebalance and drain jobs, one at a time per
+// cluster.
+type Runner struct {
+	cat      *metadata.Catalog
+	moverCfg mover.Config
+	log      *zap.Logger
+	metrics  *Metrics
+}
+
+// NewRunner returns a runner. moverCfg's hooks are wrapped to feed metrics.
+func NewRunner(cat *metadata.Catalog, moverCfg mover.Config, m *Metrics) *Runner {
+	if moverCfg.Logger == nil {
+		moverCfg.Logger = zap.NewNop()
+	}
+	r := &Runner{cat: cat, moverCfg: moverCfg, log: moverCfg.Logger, metrics: m}
+	if m != nil {
+		onProgress, onCutover := moverCfg.OnProgress, moverCfg.OnCutover
+		r.moverCfg.OnProgress = func(p mover.Progress) {
+			m.progress(p)
+			if onProgress != nil {
+				onProgress(p)
+			}
+		}
+		r.moverCfg.OnCutover = func(id int64, d time.Duration) {
+			m.CutoverPause.Observe(d.Seconds())
+			if onCutover != nil {
+				onCutover(id, d)
+			}
+		}
+	}
+	return r
+}
+
+// Engine returns a mover engine with the runner's configuration.
+func (r *Runner) Engine() *mover.Engine { return mover.New(r.moverCfg, r.cat) }
+
+// Plan plans from the live cluster.
+func (r *Runner) Plan(ctx context.Context, o PlanOptions) (planner.Result, error) {
+	cl, err := r.cat.Snapshot(ctx, metadata.SnapshotOptions{})
+	if err != nil {
+		return planner.Result{}, err
+	}
+	in, err := BuildInput(cl.Status(r.cat.CoordinatorAddr()), o)
+	if err != nil {
+		return planner.Result{}, err
+	}
+	res, err := planner.Plan(in)
+	if err != nil {
+		return res, invalidf("%v", err)
+	}
+	if r.metrics != nil {
+		r.metrics.Imbalance.Set(imbalance(res.After))
+	}
+	return res, nil
+}
+
+// imbalance is the largest relative distance of a node's utilization from
+// the average (0 = perfectly balanced).
+func imbalance(nodes []planner.NodeUtil) float64 {
+	var sum float64
+	var n int
+	for _, u := range nodes {
+		if u.Capacity > 0 {
+			sum += u.Utilization
+			n++
+		}
+	}
+	if n == 0 || sum == 0 {
+		return 0
+	}
+	avg := sum / float64(n)
+	worst := 0.0
+	for _, u := range nodes {
+		if u.Capacity > 0 {
+			worst = math.Max(worst, math.Abs(u.Utilization-avg)/avg)
+		}
+	}
+	return worst
+}
+
+// JobRequest describes a rebalance or drain.
+type JobRequest struct {
+	Kind   string // "rebalance" or "drain"
+	Plan   PlanOptions
+	Limits mover.Limits
+	// Confirm, when set, sees the plan before anything is recorded; false
+	// stops with no job.
+	Confirm func(planner.Result) bool
+	// OnJob, when set, learns the job id once it is recorded.
+	OnJob func(metadata.Job)
+}
+
+// JobOutcome is what a rebalance or drain did.
+type JobOutcome struct {
+	Plan   planner.Result
+	Job    *metadata.Job
+	Result mover.JobResult
+}
+
+// ErrBusy is returned (wrapped, matching metadata.ErrInvalid) when another
+// rebalance or drain job holds the cluster.
+var ErrBusy = errors.New("another rebalance is running")
+
+// Run plans and runs one rebalance or drain job. Only one runs per
+// cluster: a second is refused naming the first job's id.
+func (r *Runner) Run(ctx context.Context, req JobRequest) (JobOutcome, error) {
+	var out JobOutcome
+	lock, err := r.lock(ctx)
+	if err != nil {
+		return out, err
+	}
+	defer lock.Release(context.WithoutCancel(ctx))
+	if jobs, err := r.cat.UnfinishedJobs(ctx, "rebalance", "drain"); err != nil {
+		return out, err
+	} else if len(jobs) > 0 {
+		return out, &busyError{msg: fmt.Sprintf("%s job %d is unfinished; resume it with `shardmover jobs resume %d` or cancel it with `shardmover jobs cancel %d`",
+			jobs[0].Kind, jobs[0].ID, jobs[0].ID, jobs[0].ID)}
+	}
+	return r.runLocked(ctx, req)
+}
+
+func (r *Runner) lock(ctx context.Context) (*metadata.Lease, error) {
+	if err := r.cat.InstallJournal(ctx); err != nil {
+		return nil, err
+	}
+	lock, ok, err := r.cat.TryLock(ctx, metadata.LockRebalance, 1)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		jobs, _ := r.cat.UnfinishedJobs(ctx, "rebalance", "drain")
+		if len(jobs) > 0 {
+			return nil, &busyError{msg: fmt.Sprintf("%s job %d is already running; wait for it, or cancel it with `shardmover jobs cancel %d`", jobs[0].Kind, jobs[0].ID, jobs[0].ID)}
+		}
+		return nil, &busyError{msg: "another rebalance is being planned right now; try again in a moment"}
+	}
+	return lock, nil
+}
+
+type busyError struct{ msg string }
+
+func (e *busyError) Error() string { return e.msg }
+func (e *busyError) Is(target error) bool {
+	return target == ErrBusy || target == metadata.ErrInvalid
+}
+
+func (r *Runner) runLocked(ctx context.Context, req JobRequest) (JobOutcome, error) {
+	var out JobOutcome
+	res, err := r.Plan(ctx, req.Plan)
+	if err != nil {
+		return out, err
+	}
+	out.Plan = res
+	if len(res.Moves) == 0 {
+		return out, nil
+	}
+	if req.Confirm != nil && !req.Confirm(res) {
+		return out, nil
+	}
+	eng := r.Engine()
+	reqs := make([]mover.Request, 0, len(res.Moves))
+	nodes, err := r.cat.Nodes(ctx)
+	if err != nil {
+		return out, err
+	}
+	byID := map[int64]metadata.Node{}
+	for _, n := range nodes {
+		byID[int64(n.ID)] = n
+	}
+	for _, m := range res.Moves {
+		reqs = append(reqs, mover.Request{ShardID: m.ShardIDs[0], Target: byID[m.To]})
+	}
+	specs, err := eng.Resolve(ctx, reqs)
+	if err != nil {
+		return out, err
+	}
+	for _, s := range specs {
+		if err := eng.Preflight(ctx, s); err != nil {
+			return out, err
+		}
+	}
+	job, _, err := eng.Schedule(ctx, req.Kind, specs)
+	if err != nil {
+		return out, err
+	}
+	out.Job = &job
+	if req.OnJob != nil {
+		req.OnJob(job)
+	}
+	r.log.Info("job started", zap.Int64("job_id", job.ID), zap.String("kind", req.Kind), zap.Int("moves", len(specs)))
+	start := time.Now()
+	out.Result, err = eng.RunJob(ctx, job.ID, req.Limits)
+	if r.metrics != nil {
+		r.metrics.JobDuration.WithLabelValues(req.Kind).Observe(time.Since(start).Seconds())
+	}
+	r.log.Info("job ended", zap.Int64("job_id", job.ID), zap.Int("done", out.Result.Done), zap.Int("failed", out.Result.Failed),
+		zap.Int("unfinished", out.Result.Unfinished), zap.Error(err))
+	return out, err
+}
+
+// Resume runs every unfinished rebalance or drain job (after a crash or a
+// leader change).
+func (r *Runner) Resume(ctx context.Context, lim mover.Limits) error {
+	lock, err := r.lock(ctx)
+	if err != nil {
+		return err
+	}
+	defer lock.Release(context.WithoutCancel(ctx))
+	jobs, err := r.cat.UnfinishedJobs(ctx, "rebalance", "drain", "move")
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, j := range jobs {
+		r.log.Info("resuming job", zap.Int64("job_id", j.ID), zap.String("kind", j.Kind))
+		if _, err := r.Engine().RunJob(ctx, j.ID, lim); err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			errs = append(errs, fmt.Errorf("job %d: %w", j.ID, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Drain marks a node shouldhaveshards = false and moves every group off it,
+// as one job. Draining the last node that may hold shards is refused.
+func (r *Runner) Drain(ctx context.Context, addr string, o PlanOptions, lim mover.Limits) (JobOutcome, error) {
+	node, err := r.cat.NodeByAddr(ctx, addr)
+	if err != nil {
+		return JobOutcome{}, invalidf("--node %s is not a registered node; `shardmover node list` shows them", addr)
+	}
+	nodes, err := r.cat.Nodes(ctx)
+	if err != nil {
+		return JobOutcome{}, err
+	}
+	others := 0
+	for _, n := range nodes {
+		if n.ID != node.ID && n.IsActive && n.ShouldHaveShards && !n.IsCoordinator() {
+			others++
+		}
+	}
+	if others == 0 {
+		return JobOutcome{}, invalidf("%s is the last node that may hold shards; add a node before draining it", addr)
+	}
+	lock, err := r.lock(ctx)
+	if err != nil {
+		return JobOutcome{}, err
+	}
+	defer lock.Release(context.WithoutCancel(ctx))
+	if jobs, err := r.cat.UnfinishedJobs(ctx, "rebalance", "drain"); err != nil {
+		return JobOutcome{}, err
+	} else if len(jobs) > 0 {
+		return JobOutcome{}, &busyError{msg: fmt.Sprintf("%s job %d is unfinished; resume or cancel it first", jobs[0].Kind, jobs[0].ID)}
+	}
+	if node.ShouldHaveShards {
+		if err := r.cat.SetShouldHaveShards(ctx, node.ID, false); err != nil {
+			return JobOutcome{}, err
+		}
+		r.log.Info("node marked shouldhaveshards = false", zap.String("node", addr))
+	}
+	o.Drain = append(o.Drain, addr)
+	o.DrainOnly = true
+	return r.runLocked(ctx, JobRequest{Kind: "drain", Plan: o, Limits: lim})
+}
