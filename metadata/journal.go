@@ -518,13 +518,27 @@ const moveLockClass int32 = 0x534d
 
 // TryLease claims move id; ok is false when another mover holds it.
 func (c *Catalog) TryLease(ctx context.Context, id int64) (*Lease, bool, error) {
+	return c.TryLock(ctx, moveLockClass, int32(id))
+}
+
+// Advisory lock classes besides moves.
+const (
+	// LockRebalance is held by whoever runs a rebalance or drain job.
+	LockRebalance int32 = 0x5352
+	// LockLeader is held by the leading daemon.
+	LockLeader int32 = 0x534c
+)
+
+// TryLock takes session advisory lock (class, id) on a dedicated
+// coordinator connection; ok is false when another session holds it.
+func (c *Catalog) TryLock(ctx context.Context, class, id int32) (*Lease, bool, error) {
 	cfg := c.pool.Config().ConnConfig.Copy()
 	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
 		return nil, false, fmt.Errorf("connect to coordinator for a move lease: %w", err)
 	}
 	var ok bool
-	if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1, $2::int)", moveLockClass, int32(id)).Scan(&ok); err != nil {
+	if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1, $2::int)", class, id).Scan(&ok); err != nil {
 		conn.Close(ctx)
 		return nil, false, err
 	}
@@ -532,7 +546,7 @@ func (c *Catalog) TryLease(ctx context.Context, id int64) (*Lease, bool, error) 
 		conn.Close(ctx)
 		return nil, false, nil
 	}
-	return &Lease{conn: conn, pid: conn.PgConn().PID(), MoveID: id}, true, nil
+	return &Lease{conn: conn, pid: conn.PgConn().PID(), MoveID: int64(id)}, true, nil
 }
 
 // Alive reports whether the lease's connection still holds the lock.
@@ -543,4 +557,27 @@ func (l *Lease) Alive(ctx context.Context) bool {
 // Release gives the move up.
 func (l *Lease) Release(ctx context.Context) {
 	_ = l.conn.Close(ctx)
+}
+
+// UnfinishedJobs lists jobs of the given kinds that still have unfinished
+// moves, oldest first.
+func (c *Catalog) UnfinishedJobs(ctx context.Context, kinds ...string) ([]Job, error) {
+	ok, err := c.journalInstalled(ctx)
+	if err != nil || !ok {
+		return nil, err
+	}
+	rows, err := c.pool.Query(ctx, "SELECT "+jobColumns+` FROM shardmover.jobs j
+		WHERE kind = ANY($1) AND EXISTS (SELECT 1 FROM shardmover.moves m WHERE m.job_id = j.id
+			AND m.phase NOT IN ('done', 'failed', 'cancelled'))
+		ORDER BY id`, kinds)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, scanJob)
+}
+
+// SetJobState records a job's state without finishing it.
+func (c *Catalog) SetJobState(ctx context.Context, id int64, state string) error {
+	_, err := c.pool.Exec(ctx, "UPDATE shardmover.jobs SET state = $2 WHERE id = $1", id, state)
+	return err
 }

@@ -117,3 +117,21 @@ func (c *Catalog) NodeByAddr(ctx context.Context, addr string) (Node, error) {
 	}
 	return Node{}, fmt.Errorf("%w: no node %s is registered; `shardmover node list` shows the registered nodes", ErrNotFound, addr)
 }
+
+// SetShouldHaveShards sets pg_dist_node.shouldhaveshards of a node (compat;
+// on Citus use citus_set_node_property).
+func (c *Catalog) SetShouldHaveShards(ctx context.Context, nodeID int32, v bool) error {
+	if c.flavor == Citus {
+		return invalidf("this is a Citus cluster; use SELECT citus_set_node_property(host, port, 'shouldhaveshards', %t)", v)
+	}
+	return c.tx(ctx, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, "UPDATE shardmover_catalog.pg_dist_node SET shouldhaveshards = $2 WHERE nodeid = $1", nodeID, v)
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() != 1 {
+			return fmt.Errorf("%w: node %d", ErrNotFound, nodeID)
+		}
+		return nil
+	})
+}
