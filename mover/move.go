@@ -217,6 +217,26 @@ func movedName(name string, moveID int64) string {
 	return fmt.Sprintf("%s_moved_%d", name, moveID)
 }
 
+// connectBoth opens one connection to the source and one to the target.
+func (r *run) connectBoth(ctx context.Context) (*pgx.Conn, *pgx.Conn, error) {
+	src, err := r.e.connect(ctx, r.source)
+	if err != nil {
+		return nil, nil, err
+	}
+	dst, err := r.e.connect(ctx, r.target)
+	if err != nil {
+		src.Close(ctx)
+		return nil, nil, err
+	}
+	return src, dst, nil
+}
+
+func closeBoth(ctx context.Context, conns ...*pgx.Conn) {
+	for _, c := range conns {
+		c.Close(context.WithoutCancel(ctx))
+	}
+}
+
 // setup creates the target tables, the publication and the slot with its
 // exported snapshot. Anything a crashed earlier attempt left is dropped
 // first: every artifact was recorded before it was created.
@@ -224,16 +244,11 @@ func (r *run) setup(ctx context.Context, m metadata.Move) error {
 	if err := r.dropArtifacts(ctx, m, metadata.CleanupAlways, metadata.CleanupOnFailure); err != nil {
 		return err
 	}
-	src, err := r.e.connect(ctx, r.source)
+	src, dst, err := r.connectBoth(ctx)
 	if err != nil {
 		return err
 	}
-	defer src.Close(ctx)
-	dst, err := r.e.connect(ctx, r.target)
-	if err != nil {
-		return err
-	}
-	defer dst.Close(ctx)
+	defer closeBoth(ctx, src, dst)
 	for _, t := range shardIdents(m) {
 		ddl, err := metadata.ReadTableDDL(ctx, src, t.Sanitize())
 		if err != nil {
@@ -308,16 +323,11 @@ func (r *run) copy(ctx context.Context, m metadata.Move) error {
 // index builds secondary indexes (and other constraints the source has) on
 // the target and analyzes the tables.
 func (r *run) index(ctx context.Context, m metadata.Move) error {
-	src, err := r.e.connect(ctx, r.source)
+	src, dst, err := r.connectBoth(ctx)
 	if err != nil {
 		return err
 	}
-	defer src.Close(ctx)
-	dst, err := r.e.connect(ctx, r.target)
-	if err != nil {
-		return err
-	}
-	defer dst.Close(ctx)
+	defer closeBoth(ctx, src, dst)
 	for _, t := range shardIdents(m) {
 		ddl, err := metadata.ReadTableDDL(ctx, src, t.Sanitize())
 		if err != nil {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"strconv"
 	"time"
 
@@ -149,10 +148,7 @@ func jobAction(cmd *cobra.Command, g *globals, arg string, fn func(context.Conte
 	if _, err := cat.Job(ctx, id); err != nil {
 		return err
 	}
-	cfg := mover.DefaultConfig()
-	cfg.Logger = g.log
-	cfg.OnProgress = newMoveDisplay(os.Stderr).update
-	eng := mover.New(cfg, cat)
+	eng := mover.New(g.moverConfig(), cat)
 	if err := eng.Recover(ctx); err != nil {
 		return err
 	}

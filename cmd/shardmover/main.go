@@ -14,6 +14,7 @@ import (
 
 	"github.com/shardmover/shardmover/internal/sandbox"
 	"github.com/shardmover/shardmover/metadata"
+	"github.com/shardmover/shardmover/mover"
 	"github.com/shardmover/shardmover/planner"
 )
 
@@ -134,4 +135,13 @@ func message(err error) string {
 		}
 	}
 	return msg
+}
+
+// moverConfig is the mover configuration of one-shot commands: the CLI's
+// logger, and live progress on stderr.
+func (g *globals) moverConfig() mover.Config {
+	cfg := mover.DefaultConfig()
+	cfg.Logger = g.log
+	cfg.OnProgress = newMoveDisplay(os.Stderr).update
+	return cfg
 }

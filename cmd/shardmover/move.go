@@ -49,11 +49,8 @@ func newMoveCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			disp := newMoveDisplay(os.Stderr)
-			cfg := mover.DefaultConfig()
-			cfg.Logger = g.log
+			cfg := g.moverConfig()
 			cfg.BytesPerSecond = rate
-			cfg.OnProgress = disp.update
 			eng := mover.New(cfg, cat)
 			specs, err := eng.Resolve(ctx, []mover.Request{{ShardID: shard, Target: target}})
 			if err != nil {
@@ -77,7 +74,6 @@ func newMoveCmd(g *globals) *cobra.Command {
 			m := moves[0]
 			fmt.Fprintf(cmd.ErrOrStderr(), "job %d: move %d: shard group %s (shards %v) to %s\n", job.ID, m.ID, specs[0].Group.Key(), m.ShardIDs, target.Addr())
 			err = eng.Run(ctx, m.ID)
-			disp.finish()
 			state := "done"
 			if err != nil {
 				state = "failed"
@@ -256,8 +252,6 @@ func (d *moveDisplay) line(id int64) string {
 	}
 	return s
 }
-
-func (d *moveDisplay) finish() {}
 
 func sortedIDs(m map[int64]mover.Progress) []int64 {
 	ids := make([]int64, 0, len(m))

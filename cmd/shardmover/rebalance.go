@@ -80,11 +80,7 @@ func newRebalanceCmd(g *globals) *cobra.Command {
 				return err
 			}
 			defer cat.Close()
-			disp := newMoveDisplay(os.Stderr)
-			cfg := mover.DefaultConfig()
-			cfg.Logger = g.log
-			cfg.OnProgress = disp.update
-			runner := scheduler.NewRunner(cat, cfg, nil)
+			runner := scheduler.NewRunner(cat, g.moverConfig(), nil)
 			if dryRun {
 				res, err := runner.Plan(ctx, f.plan)
 				if err != nil {
@@ -181,10 +177,7 @@ func newDrainCmd(g *globals) *cobra.Command {
 				return err
 			}
 			defer cat.Close()
-			cfg := mover.DefaultConfig()
-			cfg.Logger = g.log
-			cfg.OnProgress = newMoveDisplay(os.Stderr).update
-			out, err := scheduler.NewRunner(cat, cfg, nil).Drain(ctx, node, f.plan, f.limits)
+			out, err := scheduler.NewRunner(cat, g.moverConfig(), nil).Drain(ctx, node, f.plan, f.limits)
 			if out.Job == nil && err == nil {
 				fmt.Fprintf(cmd.OutOrStdout(), "%s holds no shard groups; it is marked shouldhaveshards = false\n", node)
 				return nil
