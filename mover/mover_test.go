@@ -376,3 +376,47 @@ func debugFind(t *testing.T, c *cluster, res workload.RunResult, keys []workload
 		conn.Close(ctx)
 	}
 }
+
+// TestRunJobInterruptedAndResumed stops a job of several moves mid-way (as
+// Ctrl-C does): moves stop where they are, the job is paused, and running it
+// again finishes every move with the ledger intact.
+func TestRunJobInterruptedAndResumed(t *testing.T) {
+	c := newCluster(t, 8, 300, 2000)
+	target := c.newNode(t)
+	bg := startWorkload(c, 4, 300, 0)
+	ctx := context.Background()
+	cl, err := c.cat.Snapshot(ctx, metadata.SnapshotOptions{SkipSizes: true})
+	require.NoError(t, err)
+	var reqs []mover.Request
+	for i := 0; i < 4; i++ {
+		reqs = append(reqs, mover.Request{ShardID: cl.Groups[i].ShardIDs[0], Target: target})
+	}
+	eng := mover.New(testConfig(t), c.cat)
+	specs, err := eng.Resolve(ctx, reqs)
+	require.NoError(t, err)
+	job, _, err := eng.Schedule(ctx, "rebalance", specs)
+	require.NoError(t, err)
+
+	jctx, cancel := context.WithCancel(ctx)
+	cfg := testConfig(t)
+	cfg.AfterPhase = func(_ int64, p mover.Phase) error {
+		if p == mover.Indexing {
+			cancel() // Ctrl-C while the second wave is copying
+		}
+		return nil
+	}
+	res, err := mover.New(cfg, c.cat).RunJob(jctx, job.ID, mover.Limits{Concurrency: 2, PerNode: 4})
+	require.ErrorIs(t, err, context.Canceled)
+	assert.Positive(t, res.Unfinished, "an interrupted job leaves moves to resume")
+	j, err := c.cat.Job(ctx, job.ID)
+	require.NoError(t, err)
+	assert.Equal(t, "paused", j.State)
+
+	res, err = mover.New(testConfig(t), c.cat).RunJob(ctx, job.ID, mover.Limits{Concurrency: 2, PerNode: 4})
+	require.NoError(t, err)
+	assert.Equal(t, mover.JobResult{Done: 4}, res)
+	j, err = c.cat.Job(ctx, job.ID)
+	require.NoError(t, err)
+	assert.Equal(t, "done", j.State)
+	verify(t, c, bg.stop(t))
+}

@@ -233,3 +233,38 @@ func TestMoveBadInput(t *testing.T) {
 	require.Equal(t, 0, code, msg)
 	assert.Contains(t, out, "dropped table public.github_users_102008_moved_1")
 }
+
+func TestRebalanceDrainDaemonBadInput(t *testing.T) {
+	c := sandboxtest.New(t, 1)
+	coord := c.Coordinator().DSN()
+	w := c.Workers()[0].Addr()
+	_, msg, code := run(t, "node", "add", w, "--coordinator", coord)
+	require.Equal(t, 0, code, msg)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	cases := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"rebalance", "--concurrency", "0"}, "--concurrency must be at least 1"},
+		{[]string{"rebalance", "--per-node", "0"}, "--per-node must be at least 1"},
+		{[]string{"rebalance", "--strategy", "nope", "--dry-run"}, "does not exist"},
+		{[]string{"rebalance", "--max-bandwidth", "lots"}, "is not a rate"},
+		{[]string{"drain"}, "--node is required"},
+		{[]string{"drain", "--node", "127.0.0.1:1"}, "not a registered node"},
+		{[]string{"drain", "--node", w}, "last node that may hold shards"},
+		{[]string{"daemon", "--schedule", "0 3 * *"}, "is not a cron expression"},
+		{[]string{"daemon", "--timezone", "Nowhere/Land"}, "is not a known time zone"},
+		{[]string{"daemon", "--concurrency", "0"}, "--concurrency must be at least 1"},
+		{[]string{"daemon", "--listen", l.Addr().String()}, "cannot be used"},
+	}
+	for _, tc := range cases {
+		_, msg, code := run(t, append(tc.args, "--coordinator", coord)...)
+		assert.Equal(t, 2, code, "%v: %s", tc.args, msg)
+		assert.Contains(t, msg, tc.want, tc.args)
+	}
+	out, msg, code := run(t, "rebalance", "--coordinator", coord, "--yes")
+	require.Equal(t, 0, code, msg)
+	assert.Contains(t, out, "already balanced")
+}
