@@ -33,6 +33,10 @@ type DaemonConfig struct {
 	Schedules []string
 	// Timezone names the schedules' zone (IANA name); empty is local time.
 	Timezone string
+	// KeepOldFor is the grace period after which the leader drops the old
+	// shards of finished moves (it sweeps every SweepEvery).
+	KeepOldFor time.Duration
+	SweepEvery time.Duration
 	// Plan and Limits shape each rebalance.
 	Plan   PlanOptions
 	Limits mover.Limits
@@ -43,6 +47,7 @@ type DaemonConfig struct {
 // DefaultDaemonConfig returns the documented defaults.
 func DefaultDaemonConfig() DaemonConfig {
 	return DaemonConfig{Listen: "127.0.0.1:9187", Settle: 30 * time.Second, Poll: time.Second,
+		KeepOldFor: 10 * time.Minute, SweepEvery: time.Minute,
 		Plan: DefaultPlanOptions(), Limits: mover.DefaultLimits(), Mover: mover.DefaultConfig()}
 }
 
@@ -73,6 +78,12 @@ func NewDaemon(cfg DaemonConfig, cat *metadata.Catalog) (*Daemon, error) {
 	}
 	if cfg.Poll <= 0 {
 		cfg.Poll = time.Second
+	}
+	if cfg.SweepEvery <= 0 {
+		cfg.SweepEvery = time.Minute
+	}
+	if cfg.KeepOldFor < 0 {
+		return nil, invalidf("--keep-old-for must not be negative, got %s", cfg.KeepOldFor)
 	}
 	if cfg.Settle < 0 {
 		return nil, invalidf("--settle must not be negative, got %s", cfg.Settle)
@@ -198,6 +209,15 @@ func (d *Daemon) lead(ctx context.Context, lease *metadata.Lease) {
 		d.watch(lctx)
 	}()
 
+	// Drop old shards past their grace period, and leftovers, regularly.
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for sleepCtx(lctx, d.cfg.SweepEvery) == nil {
+			d.sweep(lctx)
+		}
+	}()
+
 	// Keep leading while the lease's connection lives.
 	for {
 		if err := sleepCtx(lctx, d.cfg.Poll); err != nil {
@@ -208,6 +228,25 @@ func (d *Daemon) lead(ctx context.Context, lease *metadata.Lease) {
 			return
 		}
 		_ = d.metrics.refreshPhases(lctx, d.cat)
+	}
+}
+
+// sweep runs the cleanup of finished moves, never during a rebalance (whose
+// moves own their artifacts anyway).
+func (d *Daemon) sweep(ctx context.Context) {
+	if !d.running.TryLock() {
+		return
+	}
+	defer d.running.Unlock()
+	rep, err := d.runner.Engine().Sweep(ctx, mover.SweepOptions{KeepOldFor: d.cfg.KeepOldFor})
+	if err != nil {
+		if ctx.Err() == nil {
+			d.log.Warn("cleanup failed", zap.Error(err))
+		}
+		return
+	}
+	for _, it := range rep.Dropped {
+		d.log.Info("cleaned up", zap.String("object", it.Object), zap.String("name", it.Name), zap.String("node", it.Node), zap.String("why", it.Why))
 	}
 }
 

@@ -104,7 +104,9 @@ func scrape(t *testing.T, d *scheduler.Daemon) map[string]float64 {
 func TestDaemonRebalancesAfterNodeAdd(t *testing.T) {
 	sb, cat, r := loaded(t, 8)
 	ctx := context.Background()
-	d, stop := startDaemon(t, daemonConfig(t), cat)
+	cfg := daemonConfig(t)
+	cfg.KeepOldFor, cfg.SweepEvery = 0, 300*time.Millisecond
+	d, stop := startDaemon(t, cfg, cat)
 	eventually(t, "leadership", 30*time.Second, d.IsLeader)
 	before := scrape(t, d)
 	assert.Equal(t, 1.0, before["shardmover_leader"])
@@ -151,6 +153,22 @@ func TestDaemonRebalancesAfterNodeAdd(t *testing.T) {
 	assert.Positive(t, after["shardmover_cutover_write_pause_seconds_count"])
 	assert.Positive(t, after["shardmover_triggers_total{source=node_added}"])
 	assert.Positive(t, after["shardmover_job_duration_seconds{kind=rebalance}_count"])
+
+	// The leader drops the old shards once their grace period (0 here) is over.
+	eventually(t, "old shards to be dropped", time.Minute, func() bool {
+		left := 0
+		for _, n := range cl.Nodes {
+			conn, err := cat.ConnectNode(ctx, n.Host, n.Port)
+			if err != nil {
+				return false
+			}
+			var k int
+			_ = conn.QueryRow(ctx, `SELECT count(*) FROM pg_class WHERE relname LIKE '%\_moved\_%' AND relkind = 'r'`).Scan(&k)
+			conn.Close(ctx)
+			left += k
+		}
+		return left == 0
+	})
 
 	resp, err := http.Get("http://" + d.Addr() + "/status")
 	require.NoError(t, err)
