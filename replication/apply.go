@@ -74,7 +74,11 @@ func (a *applier) apply(ctx context.Context, s *stmt) error {
 	}
 	a.begin()
 	a.batch.ExecStatement(sd, s.values, nil, nil)
-	a.checks = append(a.checks, check{what: kindName(s.kind) + " of " + s.rel.quoted, oneRow: s.oneRow})
+	c := check{what: kindName(s.kind) + " of " + s.rel.quoted, oneRow: s.oneRow}
+	if s.oneRow {
+		c.what += " " + s.keyText()
+	}
+	a.checks = append(a.checks, c)
 	for _, v := range s.values {
 		a.bytes += len(v)
 	}

@@ -417,3 +417,24 @@ func truncateSQL(d *decoder, m *pglogrepl.TruncateMessage) (string, error) {
 	}
 	return sql, nil
 }
+
+// keyText renders the row-identifying values for an error message, like
+// PostgreSQL's own "Key (id)=(5)", each value cut to 64 bytes.
+func (s *stmt) keyText() string {
+	var names, vals []string
+	for i, p := range s.params {
+		if !p.where {
+			continue
+		}
+		names = append(names, s.rel.cols[p.col].name)
+		v := "NULL"
+		if s.values[i] != nil {
+			v = string(s.values[i])
+			if len(v) > 64 {
+				v = v[:64] + "..."
+			}
+		}
+		vals = append(vals, v)
+	}
+	return "with key (" + strings.Join(names, ", ") + ")=(" + strings.Join(vals, ", ") + ")"
+}

@@ -21,6 +21,8 @@ type env struct {
 	t              testing.TB
 	srcDSN, tgtDSN string
 	src, tgt       *pgx.Conn
+	// beforeCopy, when set, runs between slot creation and the copy.
+	beforeCopy func(snapshot string)
 }
 
 func newEnv(t testing.TB) *env {
@@ -122,6 +124,9 @@ func (e *env) setupCopy(name string, tables []pgx.Identifier, copyOpts func(*rep
 	opts.SourceDSN, opts.TargetDSN, opts.Snapshot, opts.Tables = e.srcDSN, e.tgtDSN, snap.Name, tables
 	if copyOpts != nil {
 		copyOpts(&opts)
+	}
+	if e.beforeCopy != nil {
+		e.beforeCopy(snap.Name)
 	}
 	res, err := replication.Copy(ctx, opts)
 	require.NoError(e.t, err)

@@ -155,8 +155,9 @@ func (s *Stream) Processed() pglogrepl.LSN {
 // Lag returns how far the target is behind: bytes between the WAL end the
 // source last reported and Processed, and the source-clock age of the oldest
 // transaction received but not yet applied (zero when every received
-// transaction is applied). For the exact byte lag against the source's
-// current WAL, compare pg_current_wal_lsn() with Processed.
+// transaction is applied). The walsender reports only WAL it has decoded;
+// for the byte lag against everything written, compare CurrentLSN with
+// Processed.
 func (s *Stream) Lag() (bytes uint64, d time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -172,8 +173,9 @@ func (s *Stream) Lag() (bytes uint64, d time.Duration) {
 	return bytes, d
 }
 
-// WaitFor blocks until Processed() >= lsn, ctx is done (ctx.Err()), or Run
-// returns (its error, wrapped). It writes nothing to the source: while it
+// WaitFor blocks until Processed() >= lsn (a page start counts as the
+// position after its page header), ctx is done (ctx.Err()), or Run returns
+// (its error, wrapped). It writes nothing to the source: while it
 // waits the stream reports status every 100ms, to which the walsender
 // answers with keepalives carrying its current WAL end.
 func (s *Stream) WaitFor(ctx context.Context, lsn pglogrepl.LSN) error {

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"regexp"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -13,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/zap/zaptest"
 
 	"github.com/shardmover/shardmover/replication"
 )
@@ -225,6 +228,25 @@ func TestConcurrentWorkloadDuringCopyAndCatchUp(t *testing.T) {
 		}(w)
 	}
 	time.Sleep(300 * time.Millisecond)
+	// The rows of the snapshot, to tell a missing row's history if the
+	// stream ever finds the target diverged.
+	copied := map[int64]bool{}
+	e.beforeCopy = func(snapshot string) {
+		verify := e.connect(e.srcDSN)
+		tx, err := verify.BeginTx(context.Background(), pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+		require.NoError(t, err)
+		defer tx.Rollback(context.Background())
+		_, err = tx.Exec(context.Background(), "SET TRANSACTION SNAPSHOT '"+snapshot+"'")
+		require.NoError(t, err)
+		rows, err := tx.Query(context.Background(), `SELECT id FROM load`)
+		require.NoError(t, err)
+		for rows.Next() {
+			var id int64
+			require.NoError(t, rows.Scan(&id))
+			copied[id] = true
+		}
+		require.NoError(t, rows.Err())
+	}
 	var calls [][2]int64
 	start, res := e.setupCopy("shardmover_load", []pgx.Identifier{{"public", "load"}}, func(o *replication.CopyOptions) {
 		o.RangesPerTable, o.MinRangeBytes, o.Workers = 4, 256<<10, 3
@@ -237,12 +259,28 @@ func TestConcurrentWorkloadDuringCopyAndCatchUp(t *testing.T) {
 		assert.GreaterOrEqual(t, calls[i][0], calls[i-1][0], "progress never goes back")
 	}
 	assert.Equal(t, [2]int64{res.Bytes, res.Bytes}, calls[len(calls)-1], "the last call says done")
-	r := e.run(e.streamConfig("shardmover_load", start))
+	t.Logf("snapshot of %d rows, slot at %s", len(copied), start)
+	cfg := e.streamConfig("shardmover_load", start)
+	cfg.Logger = zaptest.NewLogger(t)
+	r := e.run(cfg)
 	time.Sleep(1500 * time.Millisecond)
 	stopLoad()
 	wg.Wait()
 	require.False(t, t.Failed())
-	e.catchUp(r)
+	{
+		lsn := e.walLSN()
+		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+		err := r.WaitFor(ctx, lsn)
+		cancel()
+		if err != nil {
+			m := regexp.MustCompile(`\(id\)=\((\d+)\)`).FindStringSubmatch(err.Error())
+			if m != nil {
+				id, _ := strconv.ParseInt(m[1], 10, 64)
+				t.Logf("row %d was in the snapshot: %v", id, copied[id])
+			}
+			require.NoError(t, err)
+		}
+	}
 	e.assertSame("load", "id")
 
 	got := map[int64]string{}
@@ -403,6 +441,10 @@ func TestKillApplierTwentyTimes(t *testing.T) {
 	e.assertSame("seq", "n")
 	e.assertSame("counters", "id")
 	require.NoError(t, r.stop())
+	applied, err := replication.OriginProgress(context.Background(), e.tgt, name)
+	require.NoError(t, err)
+	assert.Greater(t, applied, start, "the origin records durable progress")
+	assert.LessOrEqual(t, applied, r.Processed())
 }
 
 // TestCleanupIsIdempotent drops the slot while a stream holds it, then the
