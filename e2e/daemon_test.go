@@ -96,14 +96,9 @@ func TestTwoDaemonsLeaderKilled(t *testing.T) {
 		leader, standby = b, a
 	}
 
-	wctx, wstop := context.WithCancel(ctx)
-	wdone := make(chan workload.RunResult, 1)
-	go func() {
-		opts := workload.DefaultRunOptions()
-		opts.Clients, opts.Users, opts.Duration = 4, 2000, time.Hour
-		res, _ := workload.Run(wctx, r, opts)
-		wdone <- res
-	}()
+	opts := workload.DefaultRunOptions()
+	opts.Clients, opts.Users, opts.Duration = 4, 2000, time.Hour
+	bg := workload.Start(ctx, r, opts)
 
 	n, err := sb.AddNode(ctx)
 	require.NoError(t, err)
@@ -141,8 +136,8 @@ func TestTwoDaemonsLeaderKilled(t *testing.T) {
 	standbyLog, err := os.ReadFile(standby.log)
 	require.NoError(t, err)
 	assert.Contains(t, string(standbyLog), "resuming job", "the standby resumed the dead leader's job")
-	wstop()
-	res := <-wdone
+	res, err := bg.Stop()
+	require.NoError(t, err)
 	v, err := workload.Check(ctx, r, res.Ledger)
 	require.NoError(t, err)
 	assert.True(t, v.OK(), "ledger: %v", v.Violations)

@@ -55,14 +55,9 @@ func runScenario(t testing.TB, sc scenario) *scenarioResult {
 	res.target, err = cat.AddNode(ctx, n.Host, n.Port, metadata.DefaultAddNodeOptions())
 	require.NoError(t, err)
 
-	wctx, stop := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		opts := workload.DefaultRunOptions()
-		opts.Clients, opts.Users, opts.Duration = sc.Clients, sc.Users, time.Hour
-		res.run, err = workload.Run(wctx, r, opts)
-	}()
+	opts := workload.DefaultRunOptions()
+	opts.Clients, opts.Users, opts.Duration = sc.Clients, sc.Users, time.Hour
+	bg := workload.Start(ctx, r, opts)
 	time.Sleep(500 * time.Millisecond)
 
 	cfg := mover.DefaultConfig()
@@ -84,8 +79,7 @@ func runScenario(t testing.TB, sc scenario) *scenarioResult {
 		require.NoError(t, err)
 	}
 	time.Sleep(500 * time.Millisecond)
-	stop()
-	<-done
+	res.run, err = bg.Stop()
 	require.NoError(t, err)
 	rep, err := eng.Sweep(ctx, mover.SweepOptions{KeepOldFor: 0})
 	require.NoError(t, err)

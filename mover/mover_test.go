@@ -53,31 +53,19 @@ func (c *cluster) newNode(t *testing.T) metadata.Node {
 }
 
 // background runs the routed workload until stop is called.
-type background struct {
-	cancel context.CancelFunc
-	done   chan struct{}
-	res    workload.RunResult
-	err    error
-}
+type background struct{ b *workload.Background }
 
 func startWorkload(c *cluster, clients int, users int64, run uint8) *background {
-	ctx, cancel := context.WithCancel(context.Background())
-	b := &background{cancel: cancel, done: make(chan struct{})}
-	go func() {
-		defer close(b.done)
-		opts := workload.DefaultRunOptions()
-		opts.Clients, opts.Users, opts.Duration, opts.RunID = clients, users, time.Hour, run
-		b.res, b.err = workload.Run(ctx, c.r, opts)
-	}()
-	return b
+	opts := workload.DefaultRunOptions()
+	opts.Clients, opts.Users, opts.Duration, opts.RunID = clients, users, time.Hour, run
+	return &background{workload.Start(context.Background(), c.r, opts)}
 }
 
 func (b *background) stop(t *testing.T) workload.RunResult {
 	t.Helper()
-	b.cancel()
-	<-b.done
-	require.NoError(t, b.err)
-	return b.res
+	res, err := b.b.Stop()
+	require.NoError(t, err)
+	return res
 }
 
 // verify checks the ledger, the one-placement invariant and that no

@@ -111,14 +111,9 @@ func TestDaemonRebalancesAfterNodeAdd(t *testing.T) {
 	before := scrape(t, d)
 	assert.Equal(t, 1.0, before["shardmover_leader"])
 
-	wctx, wstop := context.WithCancel(ctx)
-	wdone := make(chan workload.RunResult, 1)
-	go func() {
-		opts := workload.DefaultRunOptions()
-		opts.Clients, opts.Users, opts.Duration = 4, 500, time.Hour
-		res, _ := workload.Run(wctx, r, opts)
-		wdone <- res
-	}()
+	opts := workload.DefaultRunOptions()
+	opts.Clients, opts.Users, opts.Duration = 4, 500, time.Hour
+	bg := workload.Start(ctx, r, opts)
 
 	n, err := sb.AddNode(ctx)
 	require.NoError(t, err)
@@ -128,8 +123,8 @@ func TestDaemonRebalancesAfterNodeAdd(t *testing.T) {
 		jobs, err := cat.Jobs(ctx, 10)
 		return err == nil && len(jobs) > 0 && jobs[0].Kind == "rebalance" && jobs[0].State == "done"
 	})
-	wstop()
-	res := <-wdone
+	res, err := bg.Stop()
+	require.NoError(t, err)
 	v, err := workload.Check(ctx, r, res.Ledger)
 	require.NoError(t, err)
 	assert.True(t, v.OK(), "ledger: %v", v.Violations)

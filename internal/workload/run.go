@@ -258,3 +258,30 @@ func (c *client) done(ctx context.Context, err error, k Key, present bool, rev i
 	}
 	return false
 }
+
+// Background is a workload running until Stop.
+type Background struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+	res    RunResult
+	err    error
+}
+
+// Start runs the workload in the background; opts.Duration bounds it (use
+// a long one and call Stop).
+func Start(ctx context.Context, r *Router, opts RunOptions) *Background {
+	ctx, cancel := context.WithCancel(ctx)
+	b := &Background{cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(b.done)
+		b.res, b.err = Run(ctx, r, opts)
+	}()
+	return b
+}
+
+// Stop ends the workload and returns what it acknowledged.
+func (b *Background) Stop() (RunResult, error) {
+	b.cancel()
+	<-b.done
+	return b.res, b.err
+}
