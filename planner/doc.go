@@ -48,7 +48,7 @@
 //
 // ByShardCount gives every group cost 1; ByDiskSize gives it its bytes plus
 // BaseCost (100 MiB by default, so empty groups count). Input.Cost and
-// Input.Capacity replace them, like Citus's pg_dist_rebalance_strategy
+// Input.Capacity replace them, like Citus's rebalance strategy catalog
 // functions. Capacity is a relative weight; Node.MaxCost, when set, is a
 // hard ceiling in cost units that no move crosses.
 //

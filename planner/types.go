@@ -156,7 +156,7 @@ func (r *SkipReason) UnmarshalText(b []byte) error {
 	return fmt.Errorf("unknown skip reason %q", string(b))
 }
 
-// Node is one worker that can hold shard groups (a row of pg_dist_node).
+// Node is one worker that can hold shard groups (a registered node of the cluster).
 type Node struct {
 	ID   int64  `json:"id"`
 	Name string `json:"name"` // host:port, for people
@@ -169,7 +169,7 @@ type Node struct {
 	// for ByDiskSize, groups for ByShardCount). No move ever makes a node
 	// go over it. 0 means no ceiling.
 	MaxCost float64 `json:"max_cost,omitempty"`
-	// ShouldHaveShards mirrors pg_dist_node.shouldhaveshards; a node with
+	// ShouldHaveShards mirrors the node catalog's shouldhaveshards; a node with
 	// false is drained.
 	ShouldHaveShards bool `json:"should_have_shards"`
 	// Drain asks for every group to be moved off this node.

@@ -26,7 +26,7 @@ type DaemonConfig struct {
 	// added or reactivated before a rebalance starts, so that nodes added
 	// together make one job.
 	Settle time.Duration
-	// Poll is how often pg_dist_node is read, and how often a standby tries
+	// Poll is how often the node catalog is read, and how often a standby tries
 	// to become leader.
 	Poll time.Duration
 	// Schedules are cron expressions (5 fields, or 6 with seconds).
@@ -250,7 +250,7 @@ func (d *Daemon) sweep(ctx context.Context) {
 	}
 }
 
-// watch polls pg_dist_node; a node added, reactivated or given
+// watch polls the node catalog (through metadata); a node added, reactivated or given
 // shouldhaveshards starts the settle timer, and when the cluster has been
 // quiet for Settle a rebalance runs.
 func (d *Daemon) watch(ctx context.Context) {

@@ -234,7 +234,7 @@ func newDaemonCmd(g *globals) *cobra.Command {
 	fl := cmd.Flags()
 	fl.StringVar(&cfg.Listen, "listen", cfg.Listen, "HTTP address for /metrics, /healthz, /readyz, /status")
 	fl.DurationVar(&cfg.Settle, "settle", cfg.Settle, "quiet time after a node is added before rebalancing")
-	fl.DurationVar(&cfg.Poll, "poll", cfg.Poll, "how often pg_dist_node is read")
+	fl.DurationVar(&cfg.Poll, "poll", cfg.Poll, "how often the node catalog is read")
 	fl.StringArrayVar(&cfg.Schedules, "schedule", nil, `cron schedule for rebalancing, e.g. "0 3 * * *" (repeatable; 6 fields for seconds)`)
 	fl.StringVar(&cfg.Timezone, "timezone", "", "time zone of the schedules (IANA name; default local)")
 	fl.DurationVar(&cfg.KeepOldFor, "keep-old-for", cfg.KeepOldFor, "grace period before the old shards of finished moves are dropped")
