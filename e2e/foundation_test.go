@@ -3,8 +3,6 @@ package e2e
 import (
 	"encoding/json"
 	"fmt"
-	"math/rand/v2"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/shardmover/shardmover/internal/sandbox"
 	"github.com/shardmover/shardmover/metadata"
 )
 
@@ -26,26 +25,17 @@ func buildBinary(t *testing.T) string {
 	return bin
 }
 
-// freeBase finds n consecutive free loopback ports.
+// freeBase reserves n consecutive free loopback ports for the test.
 func freeBase(t *testing.T, n int) int {
 	t.Helper()
-	for tries := 0; tries < 100; tries++ {
-		base := 20000 + rand.IntN(30000)
-		ok := true
-		for p := base; p < base+n && ok; p++ {
-			l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
-			if err != nil {
-				ok = false
-				continue
-			}
-			l.Close()
+	base, err := sandbox.ReservePorts(n)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		for p := base; p < base+n; p++ {
+			sandbox.ReleasePorts(p)
 		}
-		if ok {
-			return base
-		}
-	}
-	t.Fatal("no free port range")
-	return 0
+	})
+	return base
 }
 
 func sm(t *testing.T, bin, dir string, args ...string) string {

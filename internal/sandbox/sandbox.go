@@ -27,6 +27,9 @@ var ErrNoBinaries = errors.New("no PostgreSQL server binaries found: install Deb
 // something that is not this sandbox's server.
 var ErrPortInUse = errors.New("port already in use")
 
+// errBind marks a server start that failed because its port was taken.
+var errBind = errors.New("port taken when the server started")
+
 // ErrBadConfig is returned (wrapped) for invalid Config values.
 var ErrBadConfig = errors.New("invalid sandbox configuration")
 
@@ -79,6 +82,10 @@ type Cluster struct {
 	BinDir   string            `json:"bin_dir"`
 	Nodes    []Node            `json:"nodes"`
 	Settings map[string]string `json:"settings,omitempty"`
+	// FreePorts is set when the cluster was created with BasePort 0: every
+	// node has its own reserved port (see ReservePorts), and a node whose
+	// port was taken by the time its server bound it moves to another.
+	FreePorts bool `json:"free_ports,omitempty"`
 
 	log *zap.Logger
 	mu  sync.Mutex
@@ -151,7 +158,7 @@ func Up(ctx context.Context, cfg Config) (*Cluster, error) {
 		if err != nil {
 			return nil, err
 		}
-		c = &Cluster{Dir: abs, BinDir: bin, Settings: cfg.Settings, log: log}
+		c = &Cluster{Dir: abs, BinDir: bin, Settings: cfg.Settings, FreePorts: cfg.BasePort == 0, log: log}
 	default:
 		return nil, err
 	}
@@ -166,6 +173,7 @@ func Up(ctx context.Context, cfg Config) (*Cluster, error) {
 	for i := len(c.Nodes); i < want; i++ {
 		port, err := c.pickPort(cfg.BasePort, i)
 		if err != nil {
+			c.releasePorts()
 			return nil, err
 		}
 		name := "coordinator"
@@ -177,28 +185,71 @@ func Up(ctx context.Context, cfg Config) (*Cluster, error) {
 	// Check ports before touching anything, so a busy port changes nothing.
 	for _, n := range c.Nodes {
 		if err := c.checkPort(ctx, n); err != nil {
+			c.releasePorts()
 			return nil, err
 		}
 	}
 	if err := c.prepareDir(); err != nil {
+		c.releasePorts()
 		return nil, err
 	}
 	if err := c.save(); err != nil {
+		c.releasePorts()
 		return nil, err
 	}
-	for _, n := range c.Nodes {
-		if err := c.startNode(ctx, n); err != nil {
+	for i := range c.Nodes {
+		if err := c.startNodeAt(ctx, i); err != nil {
+			c.releasePorts()
 			return nil, err
 		}
 	}
 	return c, nil
 }
 
+// startNodeAt starts node i. With FreePorts, a port some other program
+// bound after it was reserved is replaced by a fresh one, a few times.
+func (c *Cluster) startNodeAt(ctx context.Context, i int) error {
+	for attempt := 1; ; attempt++ {
+		c.mu.Lock()
+		n := c.Nodes[i]
+		c.mu.Unlock()
+		err := c.startNode(ctx, n)
+		if err == nil || !c.FreePorts || attempt == 5 || !errors.Is(err, errBind) {
+			return err
+		}
+		port, perr := c.pickPort(0, i)
+		if perr != nil {
+			return errors.Join(err, perr)
+		}
+		c.log.Info("port taken at start, moving node", zap.String("node", n.Name), zap.Int("from", n.Port), zap.Int("to", port))
+		ReleasePorts(n.Port)
+		c.mu.Lock()
+		c.Nodes[i].Port = port
+		serr := c.save()
+		c.mu.Unlock()
+		if serr != nil {
+			return serr
+		}
+	}
+}
+
+// releasePorts gives back the reservations of a free-port cluster.
+func (c *Cluster) releasePorts() {
+	if !c.FreePorts {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, n := range c.Nodes {
+		ReleasePorts(n.Port)
+	}
+}
+
 // AddNode initialises and starts one more worker and returns it.
 func (c *Cluster) AddNode(ctx context.Context) (Node, error) {
 	c.mu.Lock()
 	base := 0
-	if len(c.Nodes) > 0 && c.Nodes[len(c.Nodes)-1].Port != 0 {
+	if !c.FreePorts && len(c.Nodes) > 0 {
 		base = c.Nodes[0].Port
 	}
 	i := len(c.Nodes)
@@ -218,6 +269,9 @@ func (c *Cluster) AddNode(ctx context.Context) (Node, error) {
 	}
 	n := Node{Name: fmt.Sprintf("worker%d", i), Host: "127.0.0.1", Port: port, DataDir: filepath.Join(c.Dir, fmt.Sprintf("worker%d", i))}
 	if err := c.checkPort(ctx, n); err != nil {
+		if c.FreePorts {
+			ReleasePorts(port)
+		}
 		return Node{}, err
 	}
 	c.mu.Lock()
@@ -227,10 +281,12 @@ func (c *Cluster) AddNode(ctx context.Context) (Node, error) {
 	if err != nil {
 		return Node{}, err
 	}
-	if err := c.startNode(ctx, n); err != nil {
+	if err := c.startNodeAt(ctx, i); err != nil {
 		return Node{}, err
 	}
-	return n, nil
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.Nodes[i], nil
 }
 
 // Down stops every server (fast shutdown). With purge it also deletes Dir.
@@ -241,6 +297,7 @@ func (c *Cluster) Down(ctx context.Context, purge bool) error {
 			errs = append(errs, err)
 		}
 	}
+	c.releasePorts()
 	if purge {
 		if err := os.RemoveAll(c.Dir); err != nil {
 			errs = append(errs, err)
@@ -358,12 +415,11 @@ func (c *Cluster) pickPort(base, i int) (int, error) {
 	if base != 0 {
 		return base + i, nil
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := ReservePorts(1)
 	if err != nil {
 		return 0, fmt.Errorf("pick a free port: %w", err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return port, nil
 }
 
 // checkPort fails when the node's port is taken by anything but the node's
@@ -406,10 +462,20 @@ func (c *Cluster) startNode(ctx context.Context, n Node) error {
 		return err
 	}
 	logFile := filepath.Join(n.DataDir, "server.log")
+	var logStart int64
+	if st, err := os.Stat(logFile); err == nil {
+		logStart = st.Size()
+	}
 	out, err := c.pgctl(ctx, "start", "-D", n.DataDir, "-l", logFile, "-w", "-t", "60")
 	if err != nil {
 		tail, _ := os.ReadFile(logFile)
-		return fmt.Errorf("start %s on %s: %v: %s %s", n.Name, n.Addr(), err, lastLines(out, 3), lastLines(string(tail), 5))
+		if int64(len(tail)) >= logStart {
+			tail = tail[logStart:] // only this attempt's lines
+		}
+		if strings.Contains(string(tail), "could not bind") || strings.Contains(string(tail), "Address already in use") {
+			err = fmt.Errorf("%w: %v", errBind, err)
+		}
+		return fmt.Errorf("start %s on %s: %w: %s %s", n.Name, n.Addr(), err, lastLines(out, 3), lastLines(string(tail), 5))
 	}
 	log.Info("node started")
 	return nil
