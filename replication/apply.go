@@ -2,13 +2,22 @@ package replication
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgconn"
 )
+
+// Apply is full duplex: the session's receive loop decodes changes and
+// builds units of pipelined statements (applier), and an executor goroutine
+// sends each unit to the target in one round trip and checks its results,
+// while the receive loop goes on reading the stream. Units are executed in
+// the order they were built, and every move of the processed position goes
+// through them, so Processed never passes a change that is not durable.
 
 // Pipelining bounds: queued statements are sent in one round trip when
 // either is reached (and at every commit).
@@ -17,137 +26,429 @@ const (
 	maxQueuedBytes = 4 << 20
 )
 
-// applier owns the target connection of one session. It queues statements
-// into a pgx pipeline (pgconn.Batch), opens the target transaction lazily,
-// and commits it together with the replication origin's progress.
-type applier struct {
-	conn *pgconn.PgConn
+// unitQueue is how many built units may wait for the executor: the receive
+// loop blocks (backpressure) beyond it, so memory stays bounded.
+const unitQueue = 2
 
-	batch  pgconn.Batch
-	checks []check // one per queued command, in order
-	bytes  int
-	inTxn  bool // BEGIN queued or sent, COMMIT not yet
+// unit is one round trip to the target.
+type unit struct {
+	prepares []prepareReq // statements to prepare before the batch runs
+	batch    pgconn.Batch
+	checks   []check // one per queued command, in order
+	// commits: the unit ends a group (popping it from the lag clock).
+	commits bool
+	// commitTx: after every result of the batch checks out, the executor
+	// sends COMMIT. It is never pipelined with the changes: a row count
+	// that is wrong is no server error, and the transaction holding it must
+	// not commit.
+	commitTx bool
+	// advance is the processed position once the unit is done (0: none).
+	advance pglogrepl.LSN
+	// reordered: some changes may not be in source order (see applier).
+	reordered bool
+}
 
-	nextStmt int
+// reorderedError is a failure of a unit whose changes were regrouped. It
+// is never permanent and hides the cause's class on purpose: the session
+// replays the same transactions in strict source order, and only a failure
+// there is judged.
+type reorderedError struct{ err error }
+
+func (e *reorderedError) Error() string {
+	return "apply regrouped changes (replaying them in source order): " + e.err.Error()
+}
+
+type prepareReq struct {
+	name, sql string
+	oids      []uint32
+	kind      byte
+	rel       string
 }
 
 type check struct {
-	what   string // for error messages: "update of public.t"
-	oneRow bool
-	commit bool
+	what string // for error messages: "update of public.t"
+	rows int64  // an UPDATE or DELETE must affect exactly this many rows
 }
 
-func newApplier(conn *pgconn.PgConn) *applier {
-	return &applier{conn: conn}
+// applier builds units on the receive loop's goroutine. It owns no
+// connection: prepared statements are named here and prepared by the
+// executor before the first unit that uses them.
+//
+// Batchable changes collect in runs (see run.go). Unless strict, changes
+// are regrouped within a segment: a stretch of the target transaction in
+// which no row (relation and key) is changed twice. Changes to distinct rows
+// commute, so each run of a segment may hold changes that were not
+// consecutive, and the runs go out in any order. The one effect order can
+// still have is on constraints between rows (a unique column value that
+// moves from one row to another): such a unit fails, and the session then
+// replays those transactions strictly (see reorderedError): one statement
+// per change in the source's exact order, so that any error it meets is
+// the source's own and names the row.
+type applier struct {
+	exec *executor
+	cur  unit
+	n    int  // queued statements (checks + rows of pending runs)
+	size int  // bytes of queued values
+	inTx bool // BEGIN queued, COMMIT not yet
+
+	strict bool                // one statement per change, in source order
+	runs   []*run              // pending runs of the segment, oldest first
+	byKind map[runKey]*run     // the same, by relation and shape
+	seen   map[rowKey]struct{} // rows changed in the segment
+	spare  []*run
+
+	nextStmt  int
+	typeNames map[uint32]string // built-in type OID -> SQL name
+}
+
+type runKey struct {
+	rel   *relation
+	shape string
+}
+
+type rowKey struct {
+	rel *relation
+	key string
+}
+
+func newApplier(x *executor, typeNames map[uint32]string) *applier {
+	return &applier{exec: x, typeNames: typeNames, byKind: map[runKey]*run{}, seen: map[rowKey]struct{}{}}
 }
 
 func (a *applier) queueSQL(sql string, values [][]byte, oids []uint32, c check) {
-	a.batch.ExecParams(sql, values, oids, nil, nil)
-	a.checks = append(a.checks, c)
-	a.bytes += len(sql)
+	a.cur.batch.ExecParams(sql, values, oids, nil, nil)
+	a.cur.checks = append(a.cur.checks, c)
+	a.n++
 }
 
 func (a *applier) begin() {
-	if !a.inTxn {
+	if !a.inTx {
 		a.queueSQL("BEGIN", nil, nil, check{})
-		a.inTxn = true
+		a.inTx = true
 	}
 }
 
-// apply queues one row change, preparing its statement on first use of its
-// shape.
+// setStrict switches order-preserving mode on or off for the changes that
+// follow; pending regrouped runs go out first.
+func (a *applier) setStrict(strict bool) {
+	if strict && !a.strict {
+		a.emitRuns()
+	}
+	a.strict = strict
+}
+
+// apply queues one row change.
 func (a *applier) apply(ctx context.Context, s *stmt) error {
-	sd, ok := s.rel.stmts[s.shape]
-	if !ok {
-		a.nextStmt++
-		name := "shardmover_apply_" + strconv.Itoa(a.nextStmt)
-		var err error
-		sd, err = a.conn.Prepare(ctx, name, s.sql(), s.oids())
-		if err != nil {
-			err = fmt.Errorf("prepare %s statement for %s on the target: %w", kindName(s.kind), s.rel.quoted, err)
-			if pgCode(err) != "" && isPermanent(err) {
-				return permanent(err)
-			}
-			return err
-		}
-		s.rel.stmts[s.shape] = sd
-	}
 	a.begin()
-	a.batch.ExecStatement(sd, s.values, nil, nil)
-	c := check{what: kindName(s.kind) + " of " + s.rel.quoted, oneRow: s.oneRow}
-	if s.oneRow {
-		c.what += " " + s.keyText()
-	}
-	a.checks = append(a.checks, c)
 	for _, v := range s.values {
-		a.bytes += len(v)
+		a.size += len(v)
 	}
-	if len(a.checks) >= maxQueuedStmts || a.bytes >= maxQueuedBytes {
+	if !s.batchable || a.strict {
+		a.emitRuns()
+		a.queueStmt(s)
+	} else {
+		a.addToRun(s)
+	}
+	if a.n >= maxQueuedStmts || a.size >= maxQueuedBytes {
 		return a.flush(ctx)
 	}
 	return nil
 }
 
+func (a *applier) addToRun(s *stmt) {
+	rk := rowKey{rel: s.rel, key: s.rowKeyBytes()}
+	if rk.key != "" {
+		if _, again := a.seen[rk]; again {
+			a.emitRuns() // a new segment
+		}
+	}
+	k := runKey{rel: s.rel, shape: s.shape}
+	r := a.byKind[k]
+	if r != nil && r.full() {
+		a.emitRun(r)
+		r = nil
+	}
+	if r == nil {
+		if n := len(a.spare); n > 0 {
+			r, a.spare = a.spare[n-1], a.spare[:n-1]
+		} else {
+			r = &run{}
+		}
+		a.runs = append(a.runs, r)
+		a.byKind[k] = r
+	}
+	r.add(s)
+	if rk.key != "" {
+		a.seen[rk] = struct{}{}
+	}
+	a.n++
+	a.cur.reordered = true
+}
+
+// emitRuns queues every pending run and starts a new segment.
+func (a *applier) emitRuns() {
+	for len(a.runs) > 0 {
+		a.emitRun(a.runs[0])
+	}
+	clear(a.seen)
+}
+
+// stmtName returns the prepared statement for key, asking the executor to
+// prepare it first when it is new.
+func (a *applier) stmtName(s *stmt, key string, sql func() string, oids []uint32) string {
+	if name, ok := s.rel.stmts[key]; ok {
+		return name
+	}
+	a.nextStmt++
+	name := "shardmover_apply_" + strconv.Itoa(a.nextStmt)
+	a.cur.prepares = append(a.cur.prepares, prepareReq{name: name, sql: sql(), oids: oids, kind: s.kind, rel: s.rel.quoted})
+	s.rel.stmts[key] = name
+	return name
+}
+
+// queueStmt queues one single-row statement.
+func (a *applier) queueStmt(s *stmt) {
+	name := a.stmtName(s, s.shape, s.sql, s.oids())
+	a.cur.batch.ExecPrepared(name, s.values, nil, nil)
+	c := check{what: kindName(s.kind) + " of " + s.rel.quoted}
+	if s.oneRow {
+		c.rows = 1
+		c.what += " " + s.keyText()
+	}
+	a.cur.checks = append(a.cur.checks, c)
+	a.n++
+}
+
+// emitRun queues run r and forgets it: one change as its single-row
+// statement, more as one multi-row statement.
+func (a *applier) emitRun(r *run) {
+	for i, x := range a.runs {
+		if x == r {
+			a.runs = append(a.runs[:i], a.runs[i+1:]...)
+			break
+		}
+	}
+	s := r.first
+	delete(a.byKind, runKey{rel: s.rel, shape: s.shape})
+	defer func() {
+		r.reset()
+		a.spare = append(a.spare, r)
+	}()
+	a.n -= len(r.rows)
+	if len(r.rows) == 1 {
+		a.queueStmt(s)
+		return
+	}
+	for _, p := range s.params {
+		if c := s.rel.cols[p.col]; c.cast == "" && a.typeNames[c.oid] == "" {
+			// A type the target cannot name: one statement per change.
+			for _, row := range r.rows {
+				one := *s
+				one.values = row
+				a.queueStmt(&one)
+			}
+			return
+		}
+	}
+	name := a.stmtName(s, "run:"+s.shape, func() string {
+		return s.runSQL(func(oid uint32) string { return a.typeNames[oid] })
+	}, nil)
+	a.cur.batch.ExecPrepared(name, r.arrays(), nil, nil)
+	c := check{what: kindName(s.kind) + " of " + strconv.Itoa(len(r.rows)) + " rows of " + s.rel.quoted}
+	if s.oneRow {
+		c.rows = int64(len(r.rows))
+		c.what += " " + runKeys(r)
+	}
+	a.cur.checks = append(a.cur.checks, c)
+	a.n++
+}
+
+// runKeys names the first keys of a run for an error message.
+func runKeys(r *run) string {
+	const show = 5
+	var parts []string
+	for i, row := range r.rows {
+		if i == show {
+			parts = append(parts, "...")
+			break
+		}
+		s := *r.first
+		s.values = row
+		parts = append(parts, s.keyText())
+	}
+	return strings.Join(parts, ", ")
+}
+
 // truncate queues a TRUNCATE.
-func (a *applier) truncate(ctx context.Context, sql string) error {
+func (a *applier) truncate(sql string) {
+	a.emitRuns()
 	a.begin()
 	a.queueSQL(sql, nil, nil, check{what: "truncate"})
-	return nil
 }
 
 // commit queues the origin's progress (the end LSN and commit time of the
-// last source transaction covered) and COMMIT, sends everything and checks
-// the outcome. Afterwards end is durable on the target: the apply session
-// runs with synchronous_commit = on.
-func (a *applier) commit(ctx context.Context, end pglogrepl.LSN, commitTime time.Time) error {
-	if !a.inTxn {
-		return nil
+// last source transaction covered) and COMMIT, and hands the unit to the
+// executor; once it is done, processed moves to advance. The apply session
+// runs with synchronous_commit = on, so the group is durable then. With no
+// open target transaction (a group of empty transactions) only the position
+// moves, still in order behind earlier units.
+func (a *applier) commit(ctx context.Context, end pglogrepl.LSN, commitTime time.Time, advance pglogrepl.LSN) error {
+	if a.inTx {
+		a.emitRuns()
+		a.queueSQL("SELECT pg_replication_origin_xact_setup($1, $2)",
+			[][]byte{[]byte(end.String()), []byte(commitTime.UTC().Format(time.RFC3339Nano))},
+			[]uint32{3220, 1184}, // pg_lsn, timestamptz
+			check{what: "origin progress"})
+		a.cur.commitTx = true
+		a.inTx = false
 	}
-	a.queueSQL("SELECT pg_replication_origin_xact_setup($1, $2)",
-		[][]byte{[]byte(end.String()), []byte(commitTime.UTC().Format(time.RFC3339Nano))},
-		[]uint32{3220, 1184}, // pg_lsn, timestamptz
-		check{what: "origin progress"})
-	a.queueSQL("COMMIT", nil, nil, check{what: "commit", commit: true})
-	a.inTxn = false
-	return a.flush(ctx)
+	a.cur.commits = true
+	a.cur.advance = advance
+	return a.send(ctx)
 }
 
-// flush sends the queued commands in one round trip and checks each result.
+// mark moves processed to lsn once every unit built so far is done.
+func (a *applier) mark(ctx context.Context, lsn pglogrepl.LSN) error {
+	a.cur.advance = max(a.cur.advance, lsn)
+	return a.send(ctx)
+}
+
+// flush hands the queued statements to the executor.
 func (a *applier) flush(ctx context.Context) error {
-	if len(a.checks) == 0 {
+	a.emitRuns()
+	if len(a.cur.checks) == 0 && len(a.cur.prepares) == 0 {
 		return nil
 	}
-	checks := a.checks
-	results, err := a.conn.ExecBatch(ctx, &a.batch).ReadAll()
-	a.batch = pgconn.Batch{}
-	a.checks = a.checks[:0]
-	a.bytes = 0
-	for i, r := range results {
-		if i >= len(checks) {
-			break
+	return a.send(ctx)
+}
+
+func (a *applier) send(ctx context.Context) error {
+	u := a.cur
+	a.cur, a.n, a.size = unit{}, 0, 0
+	return a.exec.submit(ctx, u)
+}
+
+// executor runs units on the target connection, one at a time, in order.
+type executor struct {
+	s    *Stream
+	conn *pgconn.PgConn
+	in   chan unit
+	done chan struct{} // closed when run returns
+	err  error         // why run returned; read after done
+}
+
+func newExecutor(s *Stream, conn *pgconn.PgConn) *executor {
+	return &executor{s: s, conn: conn, in: make(chan unit, unitQueue), done: make(chan struct{})}
+}
+
+// submit queues u, waiting while the queue is full. It returns the
+// executor's error once it has stopped.
+func (x *executor) submit(ctx context.Context, u unit) error {
+	select {
+	case x.in <- u:
+		return nil
+	case <-x.done:
+		return x.err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// close stops the executor after the queued units and waits for it.
+func (x *executor) close() {
+	close(x.in)
+	<-x.done
+}
+
+func (x *executor) run(ctx context.Context) {
+	defer close(x.done)
+	for u := range x.in {
+		if err := x.do(ctx, &u); err != nil {
+			if u.reordered {
+				err = &reorderedError{err: err}
+			}
+			x.err = err
+			// Drain so a blocked submit sees done rather than a full queue.
+			go func() {
+				for range x.in {
+				}
+			}()
+			return
 		}
-		c := checks[i]
-		if r.Err != nil {
-			err := fmt.Errorf("apply %s on the target: %w", c.what, r.Err)
-			if isPermanent(r.Err) {
+	}
+}
+
+// do runs one unit and checks each result.
+func (x *executor) do(ctx context.Context, u *unit) error {
+	for _, p := range u.prepares {
+		if _, err := x.conn.Prepare(ctx, p.name, p.sql, p.oids); err != nil {
+			err = fmt.Errorf("prepare %s statement for %s on the target: %w", kindName(p.kind), p.rel, err)
+			if pgCode(err) != "" && isPermanent(err) {
 				return permanent(err)
 			}
 			return err
 		}
-		if c.oneRow && r.CommandTag.RowsAffected() != 1 {
-			return permanent(fmt.Errorf("%w: %s found %d rows on the target, want 1", ErrDiverged, c.what, r.CommandTag.RowsAffected()))
+	}
+	if len(u.checks) > 0 {
+		results, err := x.conn.ExecBatch(ctx, &u.batch).ReadAll()
+		for i, r := range results {
+			if i >= len(u.checks) {
+				break
+			}
+			c := u.checks[i]
+			if r.Err != nil {
+				err := fmt.Errorf("apply %s on the target: %w", c.what, r.Err)
+				if isPermanent(r.Err) {
+					return permanent(err)
+				}
+				return err
+			}
+			if c.rows > 0 && r.CommandTag.RowsAffected() != c.rows {
+				return permanent(fmt.Errorf("%w: %s found %d rows on the target, want %d", ErrDiverged, c.what, r.CommandTag.RowsAffected(), c.rows))
+			}
 		}
-		if c.commit && r.CommandTag.String() != "COMMIT" {
-			return fmt.Errorf("apply on the target: transaction ended with %s", r.CommandTag.String())
+		if err != nil {
+			return fmt.Errorf("apply on the target: %w", err)
+		}
+		if len(results) != len(u.checks) {
+			return fmt.Errorf("apply on the target: %d results for %d commands", len(results), len(u.checks))
 		}
 	}
-	if err != nil {
-		return fmt.Errorf("apply on the target: %w", err)
+	if u.commitTx {
+		res, err := x.conn.Exec(ctx, "COMMIT").ReadAll()
+		if err != nil {
+			return fmt.Errorf("commit on the target: %w", err)
+		}
+		if len(res) != 1 || res[0].CommandTag.String() != "COMMIT" {
+			return errors.New("commit on the target: the transaction did not commit")
+		}
 	}
-	if len(results) != len(checks) {
-		return fmt.Errorf("apply on the target: %d results for %d commands", len(results), len(checks))
+	if u.advance != 0 {
+		x.s.advance(u.advance)
+	}
+	if u.commits {
+		x.s.popOldest()
 	}
 	return nil
+}
+
+// loadTypeNames reads the SQL names of the built-in types, which have the
+// same OIDs on every server.
+func loadTypeNames(ctx context.Context, conn *pgconn.PgConn) (map[uint32]string, error) {
+	res := conn.ExecParams(ctx, "SELECT oid::int8::text, format_type(oid, NULL) FROM pg_type WHERE oid < $1::oid",
+		[][]byte{[]byte(strconv.Itoa(firstNonBuiltinOID))}, []uint32{textOID}, nil, nil).Read()
+	if res.Err != nil {
+		return nil, fmt.Errorf("read type names on the target: %w", res.Err)
+	}
+	names := make(map[uint32]string, len(res.Rows))
+	for _, row := range res.Rows {
+		oid, err := strconv.ParseUint(string(row[0]), 10, 32)
+		if err != nil {
+			return nil, errors.New("read type names on the target: bad oid")
+		}
+		names[uint32(oid)] = string(row[1])
+	}
+	return names, nil
 }
 
 func kindName(k byte) string {

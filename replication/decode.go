@@ -7,7 +7,6 @@ import (
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // firstNonBuiltinOID is PostgreSQL's FirstGenbkiObjectId: types below it are
@@ -44,9 +43,9 @@ type relation struct {
 	cols     []column
 	hasKey   bool
 
-	// stmts caches prepared statements by shape; owned by the applier of
-	// the current session.
-	stmts map[string]*pgconn.StatementDescription
+	// stmts names the prepared statement of each shape; owned by the
+	// applier of the current session.
+	stmts map[string]string
 }
 
 type column struct {
@@ -106,7 +105,7 @@ func (d *decoder) newRelation(m *pglogrepl.RelationMessage) *relation {
 		id:       m.RelationID,
 		name:     pgx.Identifier{m.Namespace, m.RelationName},
 		identity: m.ReplicaIdentity,
-		stmts:    map[string]*pgconn.StatementDescription{},
+		stmts:    map[string]string{},
 	}
 	r.quoted = r.name.Sanitize()
 	for _, c := range m.Columns {
@@ -148,6 +147,11 @@ type stmt struct {
 	// oneRow: the statement must affect exactly one row (UPDATE, DELETE).
 	oneRow bool
 	kind   byte // 'I', 'U', 'D'
+	// batchable: consecutive changes of this shape may be applied as one
+	// multi-row statement (see run): every parameter has a type the target
+	// can name, and an UPDATE or DELETE finds its row by a unique key that
+	// it does not change.
+	batchable bool
 }
 
 // param names the column a parameter belongs to, and how it is used.
@@ -214,7 +218,19 @@ func insertStmt(r *relation, m *pglogrepl.InsertMessage) (*stmt, error) {
 		s.values = append(s.values, value(c))
 	}
 	s.shape = string(shape)
+	s.batchable = typedParams(s)
 	return s, nil
+}
+
+// typedParams reports whether every parameter's type can be named in a
+// cast: built in (by OID) or carried by a Type message.
+func typedParams(s *stmt) bool {
+	for _, p := range s.params {
+		if c := s.rel.cols[p.col]; c.oid == 0 && c.cast == "" {
+			return false
+		}
+	}
+	return true
 }
 
 // whereFrom appends the row-identifying parameters: the key columns (or, for
@@ -291,6 +307,7 @@ func updateStmt(r *relation, m *pglogrepl.UpdateMessage) (*stmt, error) {
 		return nil, err
 	}
 	s.shape = string(shape)
+	s.batchable = !keyChanged && r.identity != 'f' && typedParams(s)
 	return s, nil
 }
 
@@ -309,6 +326,7 @@ func deleteStmt(r *relation, m *pglogrepl.DeleteMessage) (*stmt, error) {
 		return nil, err
 	}
 	s.shape = string(shape)
+	s.batchable = r.identity != 'f' && typedParams(s)
 	return s, nil
 }
 

@@ -3,6 +3,7 @@ package replication_test
 import (
 	"context"
 	"errors"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
 
 	"github.com/shardmover/shardmover/internal/sandbox/sandboxtest"
 	"github.com/shardmover/shardmover/replication"
@@ -138,6 +140,9 @@ func (e *env) streamConfig(name string, start pglogrepl.LSN) replication.StreamC
 	cfg.SourceDSN, cfg.TargetDSN = e.srcDSN, e.tgtDSN
 	cfg.Slot, cfg.Publication, cfg.Origin = name, name, name
 	cfg.StartLSN = start
+	if os.Getenv("SHARDMOVER_TEST_LOG") != "" {
+		cfg.Logger, _ = zap.NewDevelopment()
+	}
 	return cfg
 }
 

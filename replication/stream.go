@@ -78,11 +78,16 @@ type Stream struct {
 	serverEnd    pglogrepl.LSN // highest WAL position the source reported
 	serverTime   time.Time     // source clock of the latest message
 	serverTimeAt time.Time     // local clock when it arrived
-	oldest       time.Time     // commit time of the oldest received, unapplied transaction
+	unapplied    []time.Time   // commit time of the first transaction of each group received but not yet durable, oldest first
 	waiting      map[pglogrepl.LSN]int
 	advanced     chan struct{} // closed and replaced whenever processed moves
 	stopErr      error         // why the last Run returned; nil while running or before
 	walBlock     uint64        // the source's WAL page size
+
+	// strictUntil: transactions that commit at or before it are applied
+	// in strict source order, after regrouped changes failed there. Only
+	// the Run goroutine touches it.
+	strictUntil pglogrepl.LSN
 }
 
 // maxPageHeader is SizeOfXLogLongPHD, the largest WAL page header. No WAL
@@ -164,9 +169,9 @@ func (s *Stream) Lag() (bytes uint64, d time.Duration) {
 	if s.serverEnd > s.processed {
 		bytes = uint64(s.serverEnd - s.processed)
 	}
-	if !s.oldest.IsZero() && !s.serverTime.IsZero() {
+	if len(s.unapplied) > 0 && !s.serverTime.IsZero() {
 		now := s.serverTime.Add(time.Since(s.serverTimeAt))
-		if d = now.Sub(s.oldest); d < 0 {
+		if d = now.Sub(s.unapplied[0]); d < 0 {
 			d = 0
 		}
 	}
@@ -246,9 +251,19 @@ func (s *Stream) noteServer(end pglogrepl.LSN, t time.Time) {
 	}
 }
 
-func (s *Stream) setOldest(t time.Time) {
+// pushOldest notes the commit time of a new group's first transaction;
+// popOldest drops the oldest group once it is durable.
+func (s *Stream) pushOldest(t time.Time) {
 	s.mu.Lock()
-	s.oldest = t
+	s.unapplied = append(s.unapplied, t)
+	s.mu.Unlock()
+}
+
+func (s *Stream) popOldest() {
+	s.mu.Lock()
+	if len(s.unapplied) > 0 {
+		s.unapplied = s.unapplied[1:]
+	}
 	s.mu.Unlock()
 }
 
@@ -324,6 +339,13 @@ func (s *Stream) session(ctx context.Context) (err error) {
 	tcfg.RuntimeParams["synchronous_commit"] = "on"
 	tcfg.RuntimeParams["statement_timeout"] = "0"
 	tcfg.RuntimeParams["idle_in_transaction_session_timeout"] = "0"
+	// Every UPDATE and DELETE finds its rows through the key's index. A
+	// plan made while the target table was small (fresh after the copy,
+	// no statistics yet) would otherwise be cached with a sequential scan
+	// or hash join and slow down as the table grows.
+	tcfg.RuntimeParams["enable_seqscan"] = "off"
+	tcfg.RuntimeParams["enable_hashjoin"] = "off"
+	tcfg.RuntimeParams["enable_mergejoin"] = "off"
 	tgt, err := pgconn.ConnectConfig(ctx, tcfg)
 	if err != nil {
 		return fmt.Errorf("connect to target %s: %w", addr(tcfg), err)
@@ -357,8 +379,15 @@ func (s *Stream) session(ctx context.Context) (err error) {
 		s.walBlock = blk
 		s.mu.Unlock()
 	}
+	types, err := loadTypeNames(ctx, tgt)
+	if err != nil {
+		return err
+	}
 	start := max(progress, s.cfg.StartLSN, confirmed)
 	s.advance(start)
+	s.mu.Lock()
+	s.unapplied = nil // groups of an earlier session are gone
+	s.mu.Unlock()
 	err = pglogrepl.StartReplication(ctx, src, s.cfg.Slot, start, pglogrepl.StartReplicationOptions{
 		PluginArgs: []string{"proto_version '1'", "publication_names '" + s.cfg.Publication + "'"},
 	})
@@ -372,8 +401,20 @@ func (s *Stream) session(ctx context.Context) (err error) {
 	}
 	s.log.Info("replication stream started", zap.Stringer("start_lsn", start), zap.Stringer("origin_lsn", progress))
 
-	ss := &session{s: s, src: src, app: newApplier(tgt), dec: newDecoder(), skipBefore: progress}
-	return ss.loop(ctx)
+	xctx, xcancel := context.WithCancel(ctx)
+	x := newExecutor(s, tgt)
+	go x.run(xctx)
+	defer func() { xcancel(); x.close() }()
+	ss := &session{s: s, src: src, exec: x, app: newApplier(x, types), dec: newDecoder(), skipBefore: progress}
+	err = ss.loop(ctx)
+	var re *reorderedError
+	if errors.As(err, &re) {
+		// Every change the failed unit held belongs to a transaction that
+		// has begun, so none commits after lastFinal.
+		s.strictUntil = max(s.strictUntil, ss.lastFinal, ss.received)
+		s.log.Info("regrouped changes failed on the target; applying these transactions in source order", zap.Stringer("until", s.strictUntil), zap.Error(re.err))
+	}
+	return err
 }
 
 // setupOrigin creates the origin when missing, binds the session to it and
@@ -436,10 +477,11 @@ func walBlockSize(ctx context.Context, src *pgconn.PgConn) (uint64, error) {
 
 // session is the state of one streaming connection.
 type session struct {
-	s   *Stream
-	src *pgconn.PgConn
-	app *applier
-	dec *decoder
+	s    *Stream
+	src  *pgconn.PgConn
+	exec *executor
+	app  *applier
+	dec  *decoder
 
 	// skipBefore is the origin's durable progress at start: a transaction
 	// whose commit record starts before it ends at or before it, so it is
@@ -462,6 +504,10 @@ type session struct {
 	// source transaction open: every transaction committed before it has
 	// been received, so it becomes processed once the group is committed.
 	idleEnd pglogrepl.LSN
+	// marked is the highest position handed to the executor by mark.
+	marked pglogrepl.LSN
+	// lastFinal is the commit LSN of the latest transaction begun.
+	lastFinal pglogrepl.LSN
 }
 
 func (ss *session) loop(ctx context.Context) error {
@@ -470,6 +516,11 @@ func (ss *session) loop(ctx context.Context) error {
 	for {
 		if err := ctx.Err(); err != nil {
 			return err
+		}
+		select {
+		case <-ss.exec.done:
+			return ss.exec.err
+		default:
 		}
 		now := time.Now()
 		if !ss.txnOpen && ss.groupDue(now) {
@@ -527,7 +578,13 @@ func (ss *session) handleCopyData(ctx context.Context, data []byte) error {
 		ss.s.noteServer(ka.ServerWALEnd, ka.ServerTime)
 		if !ss.txnOpen {
 			if ss.groupTxns == 0 {
-				ss.s.advance(ka.ServerWALEnd)
+				// Behind any group still executing.
+				if ka.ServerWALEnd > ss.marked {
+					ss.marked = ka.ServerWALEnd
+					if err := ss.app.mark(ctx, ka.ServerWALEnd); err != nil {
+						return err
+					}
+				}
 			} else {
 				ss.idleEnd = max(ss.idleEnd, ka.ServerWALEnd)
 			}
@@ -566,9 +623,11 @@ func (ss *session) handleMessage(ctx context.Context, data []byte) error {
 		}
 		ss.txnOpen = true
 		ss.skip = m.FinalLSN < ss.skipBefore
+		ss.lastFinal = max(ss.lastFinal, m.FinalLSN)
+		ss.app.setStrict(m.FinalLSN <= ss.s.strictUntil)
 		if !ss.skip && ss.groupTxns == 0 {
 			ss.groupStart = time.Now()
-			ss.s.setOldest(m.CommitTime)
+			ss.s.pushOldest(m.CommitTime)
 		}
 	case *pglogrepl.CommitMessage:
 		if !ss.txnOpen {
@@ -603,7 +662,8 @@ func (ss *session) handleMessage(ctx context.Context, data []byte) error {
 			return err
 		}
 		ss.groupBytes += len(data)
-		return ss.app.truncate(ctx, sql)
+		ss.app.truncate(sql)
+		return nil
 	}
 	// Relation and Type are cached by the decoder; Origin and logical
 	// decoding messages carry nothing to apply.
@@ -640,14 +700,10 @@ func (ss *session) commitGroup(ctx context.Context) error {
 	if ss.groupTxns == 0 {
 		return nil
 	}
-	if err := ss.app.commit(ctx, ss.groupEnd, ss.groupTime); err != nil {
+	if err := ss.app.commit(ctx, ss.groupEnd, ss.groupTime, max(ss.groupEnd, ss.idleEnd)); err != nil {
 		return err
 	}
-	ss.s.advance(max(ss.groupEnd, ss.idleEnd))
 	ss.groupTxns, ss.groupBytes = 0, 0
-	if !ss.txnOpen {
-		ss.s.setOldest(time.Time{})
-	}
 	return nil
 }
 

@@ -1,0 +1,196 @@
+package replication
+
+import (
+	"strconv"
+	"strings"
+)
+
+// A run is consecutive batchable changes of one relation and one shape
+// (same kind, same columns set and compared), applied as one statement over
+// unnest()ed text arrays:
+//
+//	INSERT INTO t (a, b) SELECT u.p1::int8, u.p2::text FROM unnest($1::text[], $2::text[]) AS u(p1, p2)
+//	UPDATE t AS _t SET b = u.p1::text FROM unnest($1::text[], $2::text[]) AS u(p1, p2) WHERE _t.a = u.p2::int8
+//	DELETE FROM t AS _t USING unnest($1::text[]) AS u(p1) WHERE _t.a = u.p1::int8
+//
+// It is the same as applying the changes one by one because a run never
+// holds two changes of the same row: UPDATE and DELETE runs find rows by a
+// unique key they do not change, and a repeated key starts a new run. An
+// INSERT run needs no such rule (two inserts of one key fail either way).
+// Every value still goes through its type's input function (the cast from
+// text), so values round-trip exactly as with single-row statements. UPDATE
+// and DELETE runs must affect exactly as many rows as they hold.
+
+// Run bounds: a run is emitted when it reaches either.
+const (
+	maxRunRows  = 1000
+	maxRunBytes = 1 << 20
+)
+
+type run struct {
+	first *stmt      // the first change: relation, kind, shape, params
+	rows  [][][]byte // the values of each change, in order
+	bytes int
+}
+
+func (r *run) reset() {
+	clear(r.rows)
+	r.first, r.rows, r.bytes = nil, r.rows[:0], 0
+}
+
+func (r *run) full() bool { return len(r.rows) >= maxRunRows || r.bytes >= maxRunBytes }
+
+func (r *run) add(s *stmt) {
+	if r.first == nil {
+		r.first = s
+	}
+	r.rows = append(r.rows, s.values)
+	for _, v := range s.values {
+		r.bytes += len(v)
+	}
+}
+
+// rowKeyBytes identifies the row s changes by its key values,
+// length-prefixed so distinct keys never collide: the WHERE values of an
+// UPDATE or DELETE, the key columns of an INSERT. It is "" for an INSERT
+// into a table without a key (REPLICA IDENTITY FULL), whose updates and
+// deletes are never batched.
+func (s *stmt) rowKeyBytes() string {
+	var b []byte
+	for i, p := range s.params {
+		if s.kind == 'I' {
+			if !s.rel.cols[p.col].key || s.rel.identity == 'f' {
+				continue
+			}
+		} else if !p.where {
+			continue
+		}
+		if s.values[i] == nil {
+			b = append(b, 'N')
+			continue
+		}
+		b = strconv.AppendInt(b, int64(len(s.values[i])), 10)
+		b = append(b, ':')
+		b = append(b, s.values[i]...)
+	}
+	return string(b)
+}
+
+// arrays renders the run's values as one text[] literal per parameter.
+func (r *run) arrays() [][]byte {
+	n := len(r.first.params)
+	out := make([][]byte, n)
+	for p := 0; p < n; p++ {
+		size := 2
+		for _, row := range r.rows {
+			size += len(row[p]) + 3
+		}
+		b := make([]byte, 0, size+size/8)
+		b = append(b, '{')
+		for i, row := range r.rows {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendArrayElem(b, row[p])
+		}
+		out[p] = append(b, '}')
+	}
+	return out
+}
+
+// appendArrayElem appends v as a double-quoted array element (NULL for nil).
+func appendArrayElem(b, v []byte) []byte {
+	if v == nil {
+		return append(b, "NULL"...)
+	}
+	b = append(b, '"')
+	for _, c := range v {
+		if c == '"' || c == '\\' {
+			b = append(b, '\\')
+		}
+		b = append(b, c)
+	}
+	return append(b, '"')
+}
+
+// runSQL renders the multi-row statement for the run's shape; typeName
+// names a built-in type by OID.
+func (s *stmt) runSQL(typeName func(uint32) string) string {
+	r := s.rel
+	val := func(i int) string {
+		c := r.cols[s.params[i].col]
+		v := "u.p" + strconv.Itoa(i+1)
+		if c.cast != "" {
+			return v + c.cast
+		}
+		return v + "::" + typeName(c.oid)
+	}
+	var from strings.Builder
+	from.WriteString("unnest(")
+	for i := range s.params {
+		if i > 0 {
+			from.WriteString(", ")
+		}
+		from.WriteString("$" + strconv.Itoa(i+1) + "::text[]")
+	}
+	from.WriteString(") AS u(")
+	for i := range s.params {
+		if i > 0 {
+			from.WriteString(", ")
+		}
+		from.WriteString("p" + strconv.Itoa(i+1))
+	}
+	from.WriteString(")")
+	where := func(b *strings.Builder) {
+		b.WriteString(" WHERE ")
+		n := 0
+		for i, p := range s.params {
+			if !p.where {
+				continue
+			}
+			if n > 0 {
+				b.WriteString(" AND ")
+			}
+			b.WriteString("_t." + r.cols[p.col].quoted + " = " + val(i))
+			n++
+		}
+	}
+	var b strings.Builder
+	switch s.kind {
+	case 'I':
+		b.WriteString("INSERT INTO " + r.quoted + " (")
+		for i, p := range s.params {
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			b.WriteString(r.cols[p.col].quoted)
+		}
+		b.WriteString(") SELECT ")
+		for i := range s.params {
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			b.WriteString(val(i))
+		}
+		b.WriteString(" FROM " + from.String())
+	case 'U':
+		b.WriteString("UPDATE " + r.quoted + " AS _t SET ")
+		n := 0
+		for i, p := range s.params {
+			if p.where {
+				continue
+			}
+			if n > 0 {
+				b.WriteString(", ")
+			}
+			b.WriteString(r.cols[p.col].quoted + " = " + val(i))
+			n++
+		}
+		b.WriteString(" FROM " + from.String())
+		where(&b)
+	case 'D':
+		b.WriteString("DELETE FROM " + r.quoted + " AS _t USING " + from.String())
+		where(&b)
+	}
+	return b.String()
+}
