@@ -385,11 +385,15 @@ func splitTable(t pgx.Identifier, p tablePlan, idx, ranges int, minRange int64) 
 	return tasks
 }
 
+// pipeDepth is how many 256 KiB buffers a copy task may hold in flight.
+const pipeDepth = 8
+
 // copyOne streams one task: CopyTo on the source writes through a buffer
-// into a pipe that CopyFrom on the target reads.
+// into a pipe that CopyFrom on the target reads. The pipe holds up to
+// pipeDepth buffers, so both servers stay busy.
 func copyOne(ctx context.Context, src, tgt *pgconn.PgConn, t copyTask, lim *limiter, done *atomic.Int64) (rows, n int64, err error) {
-	pr, pw := io.Pipe()
-	mw := &meteredWriter{ctx: ctx, w: pw, lim: lim, done: done}
+	pipe := newChunkPipe(pipeDepth)
+	mw := &meteredWriter{ctx: ctx, w: pipe, lim: lim, done: done}
 	bw := bufio.NewWriterSize(mw, 256<<10)
 	outErr := make(chan error, 1)
 	go func() {
@@ -399,12 +403,12 @@ func copyOne(ctx context.Context, src, tgt *pgconn.PgConn, t copyTask, lim *limi
 		} else {
 			err = fmt.Errorf("read from source: %w", err)
 		}
-		pw.CloseWithError(err) // nil: the reader sees EOF
+		pipe.CloseWrite(err) // nil: the reader sees EOF
 		outErr <- err
 	}()
-	tag, inErr := tgt.CopyFrom(ctx, pr, t.in)
+	tag, inErr := tgt.CopyFrom(ctx, pipe, t.in)
 	if inErr != nil {
-		pr.CloseWithError(inErr) // unblock the writer
+		pipe.CloseRead(inErr) // unblock the writer
 	}
 	srcErr := <-outErr
 	// A source failure is the cause unless it is the target's own error
