@@ -253,7 +253,7 @@ func (a *applier) emitRun(r *run) {
 	name := a.stmtName(s, "run:"+s.shape, func() string {
 		return s.runSQL(func(oid uint32) string { return a.typeNames[oid] })
 	}, nil)
-	a.cur.batch.ExecPrepared(name, r.arrays(), nil, nil)
+	a.cur.batch.ExecPrepared(name, r.arrays(), binaryFormats(len(s.params)), nil)
 	c := check{what: kindName(s.kind) + " of " + strconv.Itoa(len(r.rows)) + " rows of " + s.rel.quoted}
 	if s.oneRow {
 		c.rows = int64(len(r.rows))

@@ -86,19 +86,21 @@ func BenchmarkCopy(b *testing.B) {
 	}
 }
 
-// BenchmarkApply applies the same backlog of mixed changes (transactions of
-// 4 inserts, 4 updates and 2 deletes) with Stream and with PostgreSQL's own
+// BenchmarkApply applies the same backlog of mixed changes (per round 4
+// inserts, 4 updates and 2 deletes) with Stream and with PostgreSQL's own
 // CREATE SUBSCRIPTION, on the same nodes; the clock runs from the start of
 // the applier until the backlog's last transaction is visible on the target.
+// Two backlog shapes: each round one source transaction (txn10), and every
+// change its own transaction (txn1, as an OLTP application writes).
 // SHARDMOVER_BENCH_CHANGES sets the backlog size (default 30000).
 func BenchmarkApply(b *testing.B) {
 	e := newEnv(b)
-	txns := envInt("SHARDMOVER_BENCH_CHANGES", 30000) / 10
+	rounds := envInt("SHARDMOVER_BENCH_CHANGES", 30000) / 10
 	e.both(`CREATE TABLE bench_apply (id bigint PRIMARY KEY, v bigint NOT NULL, t text NOT NULL)`)
 	ctx := context.Background()
 	require.NoError(b, replication.CreatePublication(ctx, e.src, "bench_apply", []pgx.Identifier{{"public", "bench_apply"}}))
 	changes := 0
-	for i := 0; i < txns; i++ {
+	for i := 0; i < rounds; i++ {
 		changes += 4 // inserts 4i+1..4i+4
 		if i >= 5 {
 			changes += 4 // updates 4i-19..4i-16
@@ -113,68 +115,77 @@ func BenchmarkApply(b *testing.B) {
 	e.exec(e.tgt, `ALTER SYSTEM SET wal_retrieve_retry_interval = '50ms'`)
 	e.exec(e.tgt, `SELECT pg_reload_conf()`)
 
-	// backlog resets both sides, creates the slot and writes the backlog.
-	backlog := func(b *testing.B) {
-		e.exec(e.src, `TRUNCATE bench_apply`)
-		e.exec(e.tgt, `TRUNCATE bench_apply`)
-		snap, err := replication.CreateSlot(ctx, e.srcDSN, "bench_apply")
-		require.NoError(b, err)
-		require.NoError(b, snap.Release(ctx))
-		e.exec(e.src, fmt.Sprintf(`DO $$ BEGIN
-			FOR i IN 0..%d LOOP
-				INSERT INTO bench_apply SELECT g, 0, md5(g::text) FROM generate_series(4*i+1, 4*i+4) g;
-				UPDATE bench_apply SET v = v + 1, t = md5(t) WHERE id BETWEEN 4*i-19 AND 4*i-16;
-				DELETE FROM bench_apply WHERE id IN (4*i-39, 4*i-38);
-				COMMIT;
-			END LOOP;
-			INSERT INTO bench_apply VALUES (-1, 0, 'last');
-		END $$`, txns-1))
+	shapes := []struct{ name, round string }{
+		{"txn10", `
+			INSERT INTO bench_apply SELECT g, 0, md5(g::text) FROM generate_series(4*i+1, 4*i+4) g;
+			UPDATE bench_apply SET v = v + 1, t = md5(t) WHERE id BETWEEN 4*i-19 AND 4*i-16;
+			DELETE FROM bench_apply WHERE id IN (4*i-39, 4*i-38);
+			COMMIT;`},
+		{"txn1", `
+			FOR g IN 4*i+1..4*i+4 LOOP INSERT INTO bench_apply VALUES (g, 0, md5(g::text)); COMMIT; END LOOP;
+			FOR g IN 4*i-19..4*i-16 LOOP UPDATE bench_apply SET v = v + 1, t = md5(t) WHERE id = g; COMMIT; END LOOP;
+			FOR g IN 4*i-39..4*i-38 LOOP DELETE FROM bench_apply WHERE id = g; COMMIT; END LOOP;`},
 	}
-	waitLast := func(b *testing.B) {
-		for {
-			var done bool
-			require.NoError(b, poll.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM bench_apply WHERE id = -1)`).Scan(&done))
-			if done {
-				return
+	for _, shape := range shapes {
+		// backlog resets both sides, creates the slot and writes the backlog.
+		backlog := func(b *testing.B) {
+			e.exec(e.src, `TRUNCATE bench_apply`)
+			e.exec(e.tgt, `TRUNCATE bench_apply`)
+			snap, err := replication.CreateSlot(ctx, e.srcDSN, "bench_apply")
+			require.NoError(b, err)
+			require.NoError(b, snap.Release(ctx))
+			e.exec(e.src, fmt.Sprintf(`DO $$ BEGIN
+				FOR i IN 0..%d LOOP %s
+				END LOOP;
+				INSERT INTO bench_apply VALUES (-1, 0, 'last');
+			END $$`, rounds-1, shape.round))
+		}
+		waitLast := func(b *testing.B) {
+			for {
+				var done bool
+				require.NoError(b, poll.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM bench_apply WHERE id = -1)`).Scan(&done))
+				if done {
+					return
+				}
+				time.Sleep(2 * time.Millisecond)
 			}
-			time.Sleep(2 * time.Millisecond)
 		}
-	}
-	verify := func(b *testing.B) {
-		e.assertSame("bench_apply", "id")
-		require.NoError(b, replication.DropSlot(ctx, e.src, "bench_apply"))
-	}
+		verify := func(b *testing.B) {
+			e.assertSame("bench_apply", "id")
+			require.NoError(b, replication.DropSlot(ctx, e.src, "bench_apply"))
+		}
 
-	b.Run("shardmover", func(b *testing.B) {
-		for i := 0; i < b.N; i++ {
-			b.StopTimer()
-			backlog(b)
-			require.NoError(b, replication.DropOrigin(ctx, e.tgt, "bench_apply"))
-			b.StartTimer()
-			r := e.run(e.streamConfig("bench_apply", 0))
-			waitLast(b)
-			b.StopTimer()
-			require.NoError(b, r.stop())
-			verify(b)
-			b.StartTimer()
-		}
-		b.ReportMetric(float64(changes*b.N)/b.Elapsed().Seconds(), "changes/s")
-	})
-	b.Run("create-subscription", func(b *testing.B) {
-		for i := 0; i < b.N; i++ {
-			b.StopTimer()
-			backlog(b)
-			b.StartTimer()
-			e.exec(e.tgt, `CREATE SUBSCRIPTION bench_sub CONNECTION '`+e.srcDSN+`' PUBLICATION bench_apply
-				WITH (copy_data = false, create_slot = false, slot_name = 'bench_apply', enabled = true)`)
-			waitLast(b)
-			b.StopTimer()
-			e.exec(e.tgt, `ALTER SUBSCRIPTION bench_sub DISABLE`)
-			e.exec(e.tgt, `ALTER SUBSCRIPTION bench_sub SET (slot_name = NONE)`)
-			e.exec(e.tgt, `DROP SUBSCRIPTION bench_sub`)
-			verify(b)
-			b.StartTimer()
-		}
-		b.ReportMetric(float64(changes*b.N)/b.Elapsed().Seconds(), "changes/s")
-	})
+		b.Run(shape.name+"/shardmover", func(b *testing.B) {
+			for i := 0; i < b.N; i++ {
+				b.StopTimer()
+				backlog(b)
+				require.NoError(b, replication.DropOrigin(ctx, e.tgt, "bench_apply"))
+				b.StartTimer()
+				r := e.run(e.streamConfig("bench_apply", 0))
+				waitLast(b)
+				b.StopTimer()
+				require.NoError(b, r.stop())
+				verify(b)
+				b.StartTimer()
+			}
+			b.ReportMetric(float64(changes*b.N)/b.Elapsed().Seconds(), "changes/s")
+		})
+		b.Run(shape.name+"/create-subscription", func(b *testing.B) {
+			for i := 0; i < b.N; i++ {
+				b.StopTimer()
+				backlog(b)
+				b.StartTimer()
+				e.exec(e.tgt, `CREATE SUBSCRIPTION bench_sub CONNECTION '`+e.srcDSN+`' PUBLICATION bench_apply
+					WITH (copy_data = false, create_slot = false, slot_name = 'bench_apply', enabled = true)`)
+				waitLast(b)
+				b.StopTimer()
+				e.exec(e.tgt, `ALTER SUBSCRIPTION bench_sub DISABLE`)
+				e.exec(e.tgt, `ALTER SUBSCRIPTION bench_sub SET (slot_name = NONE)`)
+				e.exec(e.tgt, `DROP SUBSCRIPTION bench_sub`)
+				verify(b)
+				b.StartTimer()
+			}
+			b.ReportMetric(float64(changes*b.N)/b.Elapsed().Seconds(), "changes/s")
+		})
+	}
 }

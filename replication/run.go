@@ -1,6 +1,7 @@
 package replication
 
 import (
+	"encoding/binary"
 	"strconv"
 	"strings"
 )
@@ -76,41 +77,46 @@ func (s *stmt) rowKeyBytes() string {
 	return string(b)
 }
 
-// arrays renders the run's values as one text[] literal per parameter.
+// arrays renders the run's values as one text[] per parameter, in the
+// binary array format (array_recv): no quoting to write, no escapes to
+// parse.
 func (r *run) arrays() [][]byte {
 	n := len(r.first.params)
 	out := make([][]byte, n)
 	for p := 0; p < n; p++ {
-		size := 2
+		size, nulls := 20, int32(0)
 		for _, row := range r.rows {
-			size += len(row[p]) + 3
-		}
-		b := make([]byte, 0, size+size/8)
-		b = append(b, '{')
-		for i, row := range r.rows {
-			if i > 0 {
-				b = append(b, ',')
+			size += 4 + len(row[p])
+			if row[p] == nil {
+				nulls = 1
 			}
-			b = appendArrayElem(b, row[p])
 		}
-		out[p] = append(b, '}')
+		b := make([]byte, 0, size)
+		b = binary.BigEndian.AppendUint32(b, 1)                   // dimensions
+		b = binary.BigEndian.AppendUint32(b, uint32(nulls))       // has NULLs
+		b = binary.BigEndian.AppendUint32(b, textOID)             // element type
+		b = binary.BigEndian.AppendUint32(b, uint32(len(r.rows))) // length
+		b = binary.BigEndian.AppendUint32(b, 1)                   // lower bound
+		for _, row := range r.rows {
+			if row[p] == nil {
+				b = binary.BigEndian.AppendUint32(b, 0xFFFFFFFF) // -1: NULL
+				continue
+			}
+			b = binary.BigEndian.AppendUint32(b, uint32(len(row[p])))
+			b = append(b, row[p]...)
+		}
+		out[p] = b
 	}
 	return out
 }
 
-// appendArrayElem appends v as a double-quoted array element (NULL for nil).
-func appendArrayElem(b, v []byte) []byte {
-	if v == nil {
-		return append(b, "NULL"...)
+// binaryFormats returns n parameter formats, all binary.
+func binaryFormats(n int) []int16 {
+	f := make([]int16, n)
+	for i := range f {
+		f[i] = 1
 	}
-	b = append(b, '"')
-	for _, c := range v {
-		if c == '"' || c == '\\' {
-			b = append(b, '\\')
-		}
-		b = append(b, c)
-	}
-	return append(b, '"')
+	return f
 }
 
 // runSQL renders the multi-row statement for the run's shape; typeName

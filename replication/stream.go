@@ -1,10 +1,12 @@
 package replication
 
 import (
+	"bufio"
 	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
@@ -364,8 +366,14 @@ func (s *Stream) session(ctx context.Context) (err error) {
 		return err
 	}
 
-	// Source: a replication connection.
-	src, err := connectReplication(ctx, s.srcCfg, s.cfg.Slot)
+	// Source: a replication connection, read through a large buffer: a
+	// backlog arrives as many small messages, and one read should take in
+	// as many as are waiting.
+	scfg := s.srcCfg.Copy()
+	scfg.BuildFrontend = func(r io.Reader, w io.Writer) *pgproto3.Frontend {
+		return pgproto3.NewFrontend(bufio.NewReaderSize(r, 256<<10), w)
+	}
+	src, err := connectReplication(ctx, scfg, s.cfg.Slot)
 	if err != nil {
 		return err
 	}
@@ -490,6 +498,7 @@ type session struct {
 
 	received   pglogrepl.LSN // highest position received
 	lastStatus time.Time
+	deadline   time.Time // the read deadline set on the source connection
 
 	txnOpen bool // between Begin and Commit
 	skip    bool // the open transaction is already applied
@@ -542,8 +551,14 @@ func (ss *session) loop(ctx context.Context) error {
 		if ss.groupTxns > 0 && !ss.txnOpen {
 			deadline = earliest(deadline, ss.groupStart.Add(cfg.BatchDelay))
 		}
-		if err := conn.SetReadDeadline(deadline); err != nil {
-			return fmt.Errorf("receive from source: %w", err)
+		// A deadline already set and not later than needed only wakes
+		// the loop early, which is harmless; setting one costs a system
+		// call, too much for every message of a backlog.
+		if ss.deadline.IsZero() || !ss.deadline.After(now) || ss.deadline.After(deadline) {
+			if err := conn.SetReadDeadline(deadline); err != nil {
+				return fmt.Errorf("receive from source: %w", err)
+			}
+			ss.deadline = deadline
 		}
 		msg, err := ss.src.ReceiveMessage(context.Background())
 		if err != nil {
