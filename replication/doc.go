@@ -64,8 +64,20 @@
 //     type's name, so every value round-trips exactly. Statements are
 //     prepared once per shape and pipelined; consecutive source transactions
 //     are grouped into one target transaction up to BatchBytes and
-//     BatchDelay, in commit order. An UPDATE or DELETE that finds no row
-//     stops the stream with ErrDiverged.
+//     BatchDelay, in commit order. Apply is full duplex: one goroutine
+//     reads and decodes the stream while another executes the previous
+//     round trip on the target. Within a target transaction, changes to
+//     distinct rows are regrouped into multi-row statements (INSERT ...
+//     SELECT / UPDATE ... FROM / DELETE ... USING over unnest()ed text
+//     arrays, each value still cast through its type's input function); a
+//     row changed twice starts a new segment, so each row's changes keep
+//     their order. Should a regrouped round trip fail (a unique value moving
+//     between rows can), nothing of it commits and those transactions are
+//     replayed one statement per change in exact source order; only that
+//     replay's failure counts. An UPDATE or DELETE that finds fewer rows
+//     than it names stops the stream with ErrDiverged, and its target
+//     transaction does not commit: COMMIT is sent only after every row
+//     count checks out.
 //   - Exactly once: each target transaction records, through the replication
 //     origin (pg_replication_origin_xact_setup), the end LSN of the last
 //     source transaction it covers, and commits with synchronous_commit = on.
