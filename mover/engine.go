@@ -48,6 +48,11 @@ type Config struct {
 	// fails.
 	RetryFor time.Duration
 
+	// DiskFactor: a move's preflight wants this many times the shard
+	// group's size free on the target's data directory (0: 1.5; negative:
+	// no check).
+	DiskFactor float64
+
 	// AfterPhase, when set, runs after a move leaves phase p (the new phase
 	// is persisted). Returning an error stops Run as if the process died.
 	AfterPhase func(moveID int64, p Phase) error
@@ -72,6 +77,7 @@ func DefaultConfig() Config {
 		CopyWorkers:        4,
 		RangesPerTable:     4,
 		RetryFor:           5 * time.Minute,
+		DiskFactor:         defaultDiskFactor,
 	}
 }
 
@@ -100,6 +106,9 @@ func New(cfg Config, cat *metadata.Catalog) *Engine {
 	}
 	if cfg.MaxWritePause <= 0 {
 		cfg.MaxWritePause = def.MaxWritePause
+	}
+	if cfg.DiskFactor == 0 {
+		cfg.DiskFactor = def.DiskFactor
 	}
 	if cfg.CutoverMaxLagBytes == 0 {
 		cfg.CutoverMaxLagBytes = def.CutoverMaxLagBytes

@@ -292,6 +292,15 @@ func TestPreflightRefusals(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, eng.Preflight(ctx, specs[0]))
 
+	// No room on the target: its free space, measured with df on the
+	// server, is less than the group's size times the headroom factor.
+	tight := testConfig(t)
+	tight.DiskFactor = 1e12
+	err = mover.New(tight, c.cat).Preflight(ctx, specs[0])
+	assert.ErrorIs(t, err, metadata.ErrInvalid)
+	assert.Contains(t, err.Error(), "free for its data directory")
+	assert.Contains(t, err.Error(), "choose another target")
+
 	// Server settings the move needs, each refused with a sentence.
 	restart := func(n metadata.Node, sql string) {
 		t.Helper()

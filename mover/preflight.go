@@ -124,6 +124,21 @@ func (e *Engine) checkNodes(ctx context.Context, m metadata.Move, src, dst metad
 	if err := replication.CheckReplicaIdentity(ctx, sc, shardIdents(m)); err != nil {
 		return invalidf("%v", err)
 	}
+	{
+		// Room on the target. Preflight runs before setup, so none of
+		// this move's copy is there yet.
+		var size int64
+		names := make([]string, 0, len(m.ShardIDs))
+		for _, t := range shardIdents(m) {
+			names = append(names, t.Sanitize())
+		}
+		if err := sc.QueryRow(ctx, `SELECT coalesce(sum(pg_total_relation_size(to_regclass(n))), 0)::int8 FROM unnest($1::text[]) n`, names).Scan(&size); err != nil {
+			return fmt.Errorf("measure shard group on %s: %w", src.Addr(), err)
+		}
+		if err := e.checkRoom(ctx, groupRef{int64(m.ColocationID), int64(m.ShardIndex)}, size, dc, dst.Addr()); err != nil {
+			return err
+		}
+	}
 	// Names on the target: the shard tables must not exist there, unless
 	// they are this move's own copy from an earlier attempt.
 	for _, t := range shardIdents(m) {

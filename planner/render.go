@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
+
+	"github.com/shardmover/shardmover/internal/units"
 )
 
 const barWidth = 20
@@ -25,12 +27,12 @@ func (r Result) Render(w io.Writer) error {
 		r.Strategy, fnum(r.Threshold), fnum(r.ImprovementThreshold), maxMoves)
 	avg := fnum(r.Average)
 	if r.Strategy == ByDiskSize {
-		avg = formatBytes(int64(math.Round(r.Average)))
+		avg = units.Bytes(int64(math.Round(r.Average)))
 	}
 	fmt.Fprintf(&b, "average %s per unit of capacity; balanced band %s..%s of average\n",
 		avg, r.pct(r.Lower), r.pct(r.Upper))
 	fmt.Fprintf(&b, "%s in %s, %s; balanced: %s; converged: %s\n",
-		plural(len(r.Moves), "move"), plural(r.Waves, "wave"), formatBytes(r.MovedBytes), yesNo(r.Balanced), yesNo(r.Converged))
+		plural(len(r.Moves), "move"), plural(r.Waves, "wave"), units.Bytes(r.MovedBytes), yesNo(r.Balanced), yesNo(r.Converged))
 
 	b.WriteString("\nmoves:\n")
 	if len(r.Moves) == 0 {
@@ -40,7 +42,7 @@ func (r Result) Render(w io.Writer) error {
 		fmt.Fprintln(tw, "  #\twave\tgroup\ttables\tshards\tsize\tfrom\tto\treason\tfrom fill\tto fill")
 		for _, m := range r.Moves {
 			fmt.Fprintf(tw, "  %d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s -> %s\t%s -> %s\n",
-				m.Order, m.Wave, m.GroupID, list(m.Tables), ids(m.ShardIDs), formatBytes(m.Bytes),
+				m.Order, m.Wave, m.GroupID, list(m.Tables), ids(m.ShardIDs), units.Bytes(m.Bytes),
 				nodeLabel(m.From, m.FromName), nodeLabel(m.To, m.ToName), m.Reason,
 				r.pct(m.FromBefore), r.pct(m.FromAfter), r.pct(m.ToBefore), r.pct(m.ToAfter))
 		}
@@ -56,7 +58,7 @@ func (r Result) Render(w io.Writer) error {
 			if s.ToName != "" || s.To != 0 {
 				to = nodeLabel(s.To, s.ToName)
 			}
-			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\n", s.GroupID, formatBytes(s.Bytes),
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\n", s.GroupID, units.Bytes(s.Bytes),
 				nodeLabel(s.From, s.FromName), to, s.Why, s.Detail)
 		}
 		tw.Flush()
@@ -82,7 +84,7 @@ func (r Result) Render(w io.Writer) error {
 			label += " (no balancing)"
 		}
 		fmt.Fprintf(tw, "  %s\t%s\t%d -> %d\t%s -> %s\t%s\t%s\t%s\t%s\n", label, fnum(bu.Capacity),
-			bu.Groups, au.Groups, formatBytes(bu.Bytes), formatBytes(au.Bytes),
+			bu.Groups, au.Groups, units.Bytes(bu.Bytes), units.Bytes(au.Bytes),
 			bar(r.fill(bu.Utilization), scale), r.pct(bu.Utilization),
 			bar(r.fill(au.Utilization), scale), r.pct(au.Utilization))
 	}
@@ -158,20 +160,4 @@ func ids(s []int64) string {
 		parts = append(parts, strconv.FormatInt(id, 10))
 	}
 	return strings.Join(parts, ",")
-}
-
-// formatBytes prints a size with binary units, e.g. "1.5 GiB".
-func formatBytes(n int64) string {
-	const unit = 1024
-	if n < unit && n > -unit {
-		return strconv.FormatInt(n, 10) + " B"
-	}
-	v := float64(n)
-	units := []string{"KiB", "MiB", "GiB", "TiB", "PiB", "EiB"}
-	i := -1
-	for math.Abs(v) >= unit && i < len(units)-1 {
-		v /= unit
-		i++
-	}
-	return strconv.FormatFloat(v, 'f', 1, 64) + " " + units[i]
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/shardmover/shardmover/internal/units"
 	"github.com/shardmover/shardmover/metadata"
 )
 
@@ -157,7 +158,7 @@ func printStatus(cmd *cobra.Command, st metadata.Status) {
 		if !n.IsActive {
 			flag += " (inactive)"
 		}
-		t.row(n.ID, n.Addr, n.Role, flag, n.ShardGroups, n.Shards, humanBytes(n.Bytes), fmt.Sprintf("%s %3.0f%%", bar(share, 20), share*100))
+		t.row(n.ID, n.Addr, n.Role, flag, n.ShardGroups, n.Shards, units.Bytes(n.Bytes), fmt.Sprintf("%s %3.0f%%", bar(share, 20), share*100))
 	}
 	t.write(w)
 	fmt.Fprintln(w)

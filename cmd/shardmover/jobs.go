@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/shardmover/shardmover/internal/units"
 	"github.com/shardmover/shardmover/metadata"
 	"github.com/shardmover/shardmover/mover"
 )
@@ -92,7 +93,7 @@ func newJobsCmd(g *globals) *cobra.Command {
 			t := newTable("MOVE", "SHARDS", "FROM GROUP", "TO GROUP", "PHASE", "COPIED", "ATTEMPTS", "ERROR")
 			for _, m := range moves {
 				t.row(m.ID, fmt.Sprint(m.ShardIDs), m.SourceGroup, m.TargetGroup, m.Phase,
-					humanBytes(m.BytesCopied)+"/"+humanBytes(m.BytesTotal), m.Attempts, m.Error)
+					units.Bytes(m.BytesCopied)+"/"+units.Bytes(m.BytesTotal), m.Attempts, m.Error)
 			}
 			t.write(w)
 			return nil

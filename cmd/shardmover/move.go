@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/shardmover/shardmover/internal/units"
 	"github.com/shardmover/shardmover/metadata"
 	"github.com/shardmover/shardmover/mover"
 )
@@ -61,7 +62,7 @@ func newMoveCmd(g *globals) *cobra.Command {
 			}
 			if dryRun {
 				fmt.Fprintf(cmd.OutOrStdout(), "preflight passed: shard group %s (shards %v, %s) can move to %s\n",
-					specs[0].Group.Key(), specs[0].Group.ShardIDs, humanBytes(specs[0].Group.Bytes), target.Addr())
+					specs[0].Group.Key(), specs[0].Group.ShardIDs, units.Bytes(specs[0].Group.Bytes), target.Addr())
 				return nil
 			}
 			if err := eng.Recover(ctx); err != nil {
@@ -96,7 +97,7 @@ func newMoveCmd(g *globals) *cobra.Command {
 				return writeJSON(cmd.OutOrStdout(), final)
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "moved shard group %s (shards %v, %s) to %s; old shards are dropped by `shardmover cleanup` after the grace period\n",
-				specs[0].Group.Key(), final.ShardIDs, humanBytes(final.BytesTotal), target.Addr())
+				specs[0].Group.Key(), final.ShardIDs, units.Bytes(final.BytesTotal), target.Addr())
 			return nil
 		},
 	}
@@ -239,16 +240,16 @@ func (d *moveDisplay) line(id int64) string {
 	case p.Phase == mover.Copying && p.BytesTotal > 0:
 		frac := float64(p.BytesDone) / float64(p.BytesTotal)
 		rate := float64(p.BytesDone) / max(el, 0.001)
-		s += fmt.Sprintf(" %s %3.0f%% %s/%s %s/s", bar(frac, 20), frac*100, humanBytes(p.BytesDone), humanBytes(p.BytesTotal), humanBytes(int64(rate)))
+		s += fmt.Sprintf(" %s %3.0f%% %s/%s %s/s", bar(frac, 20), frac*100, units.Bytes(p.BytesDone), units.Bytes(p.BytesTotal), units.Bytes(int64(rate)))
 		if rate > 0 {
 			eta := time.Duration(float64(p.BytesTotal-p.BytesDone)/rate) * time.Second
 			s += fmt.Sprintf(" eta %s", eta.Round(time.Second))
 		}
 	case p.BytesDone > 0:
-		s += fmt.Sprintf(" copied %s", humanBytes(p.BytesDone))
+		s += fmt.Sprintf(" copied %s", units.Bytes(p.BytesDone))
 	}
 	if p.Phase == mover.CatchingUp || p.Phase == mover.Cutover {
-		s += fmt.Sprintf(" lag %s %s", humanBytes(int64(p.LagBytes)), p.Lag.Round(time.Millisecond))
+		s += fmt.Sprintf(" lag %s %s", units.Bytes(int64(p.LagBytes)), p.Lag.Round(time.Millisecond))
 	}
 	return s
 }

@@ -43,20 +43,6 @@ func (t *table) write(w io.Writer) {
 	tw.Flush()
 }
 
-// humanBytes renders a byte count with binary units.
-func humanBytes(b int64) string {
-	const unit = 1024
-	if b < unit {
-		return fmt.Sprintf("%d B", b)
-	}
-	div, exp := int64(unit), 0
-	for n := b / unit; n >= unit; n /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(b)/float64(div), "KMGTPE"[exp])
-}
-
 // bar renders a fraction 0..1 as a fixed-width bar.
 func bar(frac float64, width int) string {
 	if frac < 0 {
