@@ -29,6 +29,11 @@
 // pause of a cutover is bounded by Config.MaxWritePause, past which the
 // cutover rolls back and is retried with backoff.
 //
+// Preflight also wants Config.DiskFactor (1.5) times the group's size free
+// on the target's data directory, measured with df on the server through
+// COPY FROM PROGRAM (superuser or pg_execute_server_program); a target that
+// will not run it is logged and let through.
+//
 // Only compat clusters are moved so far; a Citus cluster is refused in
 // preflight with a sentence saying so.
 package mover
