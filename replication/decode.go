@@ -346,75 +346,58 @@ func (s *stmt) sql() string {
 	var b strings.Builder
 	switch s.kind {
 	case 'I':
-		b.WriteString("INSERT INTO ")
-		b.WriteString(r.quoted)
-		b.WriteString(" (")
-		for i, p := range s.params {
-			if i > 0 {
-				b.WriteString(", ")
-			}
-			b.WriteString(r.cols[p.col].quoted)
-		}
+		b.WriteString("INSERT INTO " + r.quoted + " (")
+		s.list(&b, ", ", all, func(i int, c column) string { return c.quoted })
 		b.WriteString(") VALUES (")
-		for i := range s.params {
-			if i > 0 {
-				b.WriteString(", ")
-			}
-			b.WriteString(ph(i))
-		}
+		s.list(&b, ", ", all, func(i int, c column) string { return ph(i) })
 		b.WriteString(")")
 		return b.String()
 	case 'U':
-		b.WriteString("UPDATE ")
-		b.WriteString(r.quoted)
-		b.WriteString(" SET ")
-		n := 0
-		for i, p := range s.params {
-			if p.where {
-				continue
-			}
-			if n > 0 {
-				b.WriteString(", ")
-			}
-			b.WriteString(r.cols[p.col].quoted)
-			b.WriteString(" = ")
-			b.WriteString(ph(i))
-			n++
-		}
+		b.WriteString("UPDATE " + r.quoted + " SET ")
+		s.list(&b, ", ", assigned, func(i int, c column) string { return c.quoted + " = " + ph(i) })
 	case 'D':
-		b.WriteString("DELETE FROM ")
-		b.WriteString(r.quoted)
+		b.WriteString("DELETE FROM " + r.quoted)
 	}
 	b.WriteString(" WHERE ")
 	if r.identity == 'f' {
 		// Exactly one row, even when the table holds duplicates.
-		b.WriteString("ctid = (SELECT ctid FROM ")
-		b.WriteString(r.quoted)
-		b.WriteString(" WHERE ")
+		b.WriteString("ctid = (SELECT ctid FROM " + r.quoted + " WHERE ")
 	}
-	n := 0
-	for i, p := range s.params {
-		if !p.where {
-			continue
-		}
-		if n > 0 {
-			b.WriteString(" AND ")
-		}
-		c := r.cols[p.col]
+	s.list(&b, " AND ", compared, func(i int, c column) string {
 		switch {
 		case r.identity != 'f':
-			b.WriteString(c.quoted + " = " + ph(i))
+			return c.quoted + " = " + ph(i)
 		case c.textEq:
-			b.WriteString(c.quoted + "::text IS NOT DISTINCT FROM " + ph(i))
+			return c.quoted + "::text IS NOT DISTINCT FROM " + ph(i)
 		default:
-			b.WriteString(c.quoted + " IS NOT DISTINCT FROM " + ph(i))
+			return c.quoted + " IS NOT DISTINCT FROM " + ph(i)
 		}
-		n++
-	}
+	})
 	if r.identity == 'f' {
 		b.WriteString(" LIMIT 1)")
 	}
 	return b.String()
+}
+
+// Parameter filters for list.
+func all(param) bool        { return true }
+func assigned(p param) bool { return !p.where }
+func compared(p param) bool { return p.where }
+
+// list writes render(i, column) for each parameter i that keep accepts,
+// separated by sep.
+func (s *stmt) list(b *strings.Builder, sep string, keep func(param) bool, render func(i int, c column) string) {
+	n := 0
+	for i, p := range s.params {
+		if !keep(p) {
+			continue
+		}
+		if n > 0 {
+			b.WriteString(sep)
+		}
+		b.WriteString(render(i, s.rel.cols[p.col]))
+		n++
+	}
 }
 
 // truncateSQL renders TRUNCATE ONLY of the relations, as the source did it

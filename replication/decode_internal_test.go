@@ -133,3 +133,54 @@ func TestSplitTable(t *testing.T) {
 	// Small tables are not split.
 	assert.Len(t, splitTable(id, p, 0, 4, 64<<20), 1)
 }
+
+func TestRunStatements(t *testing.T) {
+	r := rel('d', true)
+	names := map[uint32]string{20: "bigint", 3802: "jsonb", 114: "json"}
+	typeName := func(oid uint32) string { return names[oid] }
+
+	ins, err := insertStmt(r, &pglogrepl.InsertMessage{Tuple: tuple("tttt", "1", `{"a":1}`, "ok", "{}")})
+	require.NoError(t, err)
+	assert.True(t, ins.batchable)
+	assert.Equal(t, `INSERT INTO "app"."T t" ("id", "big", "m", "j") SELECT u.p1::bigint, u.p2::jsonb, u.p3::"app"."mood", u.p4::json FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]) AS u(p1, p2, p3, p4)`, ins.runSQL(typeName))
+	assert.Equal(t, "1:1", ins.rowKeyBytes(), "an insert is keyed by its key columns")
+
+	// An unchanged TOASTed value is not assigned.
+	upd, err := updateStmt(r, &pglogrepl.UpdateMessage{NewTuple: tuple("tutt", "7", "", "sad", "null")})
+	require.NoError(t, err)
+	assert.True(t, upd.batchable)
+	assert.Equal(t, `UPDATE "app"."T t" AS _t SET "m" = u.p1::"app"."mood", "j" = u.p2::json FROM unnest($1::text[], $2::text[], $3::text[]) AS u(p1, p2, p3) WHERE _t."id" = u.p3::bigint`, upd.runSQL(typeName))
+	assert.Equal(t, "1:7", upd.rowKeyBytes())
+
+	del, err := deleteStmt(r, &pglogrepl.DeleteMessage{OldTuple: tuple("tnnn", "7")})
+	require.NoError(t, err)
+	assert.True(t, del.batchable)
+	assert.Equal(t, `DELETE FROM "app"."T t" AS _t USING unnest($1::text[]) AS u(p1) WHERE _t."id" = u.p1::bigint`, del.runSQL(typeName))
+
+	// A key change and REPLICA IDENTITY FULL are never batched.
+	kc, err := updateStmt(r, &pglogrepl.UpdateMessage{OldTuple: tuple("tnnn", "7"), NewTuple: tuple("tttt", "8", "{}", "ok", "{}")})
+	require.NoError(t, err)
+	assert.False(t, kc.batchable)
+	full := rel('f', true, true, true, true)
+	fd, err := deleteStmt(full, &pglogrepl.DeleteMessage{OldTuple: tuple("tttt", "7", "{}", "ok", "{}")})
+	require.NoError(t, err)
+	assert.False(t, fd.batchable)
+}
+
+func TestRunArraysBinary(t *testing.T) {
+	r := &run{}
+	s := &stmt{rel: rel('d', true), params: []param{{col: 0}, {col: 3}}}
+	for _, vals := range [][][]byte{{[]byte("1"), []byte(`a"b\c`)}, {[]byte("2"), nil}} {
+		one := *s
+		one.values = vals
+		r.add(&one)
+	}
+	arr := r.arrays()
+	require.Len(t, arr, 2)
+	// ndim 1, has-null, element type text, length 2, lower bound 1, then
+	// length-prefixed elements with -1 for NULL.
+	assert.Equal(t, []byte{0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 25, 0, 0, 0, 2, 0, 0, 0, 1,
+		0, 0, 0, 5, 'a', '"', 'b', '\\', 'c', 0xff, 0xff, 0xff, 0xff}, arr[1])
+	assert.Equal(t, []byte{0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 25, 0, 0, 0, 2, 0, 0, 0, 1,
+		0, 0, 0, 1, '1', 0, 0, 0, 1, '2'}, arr[0])
+}

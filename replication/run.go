@@ -122,9 +122,7 @@ func binaryFormats(n int) []int16 {
 // runSQL renders the multi-row statement for the run's shape; typeName
 // names a built-in type by OID.
 func (s *stmt) runSQL(typeName func(uint32) string) string {
-	r := s.rel
-	val := func(i int) string {
-		c := r.cols[s.params[i].col]
+	val := func(i int, c column) string {
 		v := "u.p" + strconv.Itoa(i+1)
 		if c.cast != "" {
 			return v + c.cast
@@ -133,65 +131,26 @@ func (s *stmt) runSQL(typeName func(uint32) string) string {
 	}
 	var from strings.Builder
 	from.WriteString("unnest(")
-	for i := range s.params {
-		if i > 0 {
-			from.WriteString(", ")
-		}
-		from.WriteString("$" + strconv.Itoa(i+1) + "::text[]")
-	}
+	s.list(&from, ", ", all, func(i int, _ column) string { return "$" + strconv.Itoa(i+1) + "::text[]" })
 	from.WriteString(") AS u(")
-	for i := range s.params {
-		if i > 0 {
-			from.WriteString(", ")
-		}
-		from.WriteString("p" + strconv.Itoa(i+1))
-	}
+	s.list(&from, ", ", all, func(i int, _ column) string { return "p" + strconv.Itoa(i+1) })
 	from.WriteString(")")
 	where := func(b *strings.Builder) {
 		b.WriteString(" WHERE ")
-		n := 0
-		for i, p := range s.params {
-			if !p.where {
-				continue
-			}
-			if n > 0 {
-				b.WriteString(" AND ")
-			}
-			b.WriteString("_t." + r.cols[p.col].quoted + " = " + val(i))
-			n++
-		}
+		s.list(b, " AND ", compared, func(i int, c column) string { return "_t." + c.quoted + " = " + val(i, c) })
 	}
+	r := s.rel
 	var b strings.Builder
 	switch s.kind {
 	case 'I':
 		b.WriteString("INSERT INTO " + r.quoted + " (")
-		for i, p := range s.params {
-			if i > 0 {
-				b.WriteString(", ")
-			}
-			b.WriteString(r.cols[p.col].quoted)
-		}
+		s.list(&b, ", ", all, func(i int, c column) string { return c.quoted })
 		b.WriteString(") SELECT ")
-		for i := range s.params {
-			if i > 0 {
-				b.WriteString(", ")
-			}
-			b.WriteString(val(i))
-		}
+		s.list(&b, ", ", all, val)
 		b.WriteString(" FROM " + from.String())
 	case 'U':
 		b.WriteString("UPDATE " + r.quoted + " AS _t SET ")
-		n := 0
-		for i, p := range s.params {
-			if p.where {
-				continue
-			}
-			if n > 0 {
-				b.WriteString(", ")
-			}
-			b.WriteString(r.cols[p.col].quoted + " = " + val(i))
-			n++
-		}
+		s.list(&b, ", ", assigned, func(i int, c column) string { return c.quoted + " = " + val(i, c) })
 		b.WriteString(" FROM " + from.String())
 		where(&b)
 	case 'D':
