@@ -34,6 +34,11 @@
 // COPY FROM PROGRAM (superuser or pg_execute_server_program); a target that
 // will not run it is logged and let through.
 //
+// Schema changes are not replicated: DDL on a shard while its move runs
+// makes the apply fail, and the move fails with a sentence saying so,
+// leaving the group on its source; moving it again copies the new
+// definition.
+//
 // Only compat clusters are moved so far; a Citus cluster is refused in
 // preflight with a sentence saying so.
 package mover

@@ -3,6 +3,7 @@ package mover_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -416,4 +417,71 @@ func TestRunJobInterruptedAndResumed(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "done", j.State)
 	verify(t, c, bg.stop(t))
+}
+
+// TestSchemaChangeDuringMoveFailsCleanly: DDL is not replicated. A column
+// added to the source's shard while the move catches up must fail the move
+// with a sentence saying so, leave the group serving on its source with no
+// write lost, and leave nothing behind; moving the group again then works.
+func TestSchemaChangeDuringMoveFailsCleanly(t *testing.T) {
+	c := newCluster(t, 4, 100, 1000)
+	target := c.newNode(t)
+	bg := startWorkload(c, 2, 100, 0)
+	shard, source := groupShard(t, c, 0)
+	nodes, err := c.cat.Nodes(context.Background())
+	require.NoError(t, err)
+	var src metadata.Node
+	for _, n := range nodes {
+		if n.GroupID == source {
+			src = n
+		}
+	}
+	cfg := testConfig(t)
+	cfg.RetryFor = 10 * time.Second
+	var m metadata.Move
+	cfg.AfterPhase = func(id int64, p mover.Phase) error {
+		if p != mover.Indexing {
+			return nil
+		}
+		conn, err := c.cat.ConnectNode(context.Background(), src.Host, src.Port)
+		if err != nil {
+			return err
+		}
+		defer conn.Close(context.Background())
+		for _, name := range m.ShardTables {
+			tbl := pgx.Identifier(strings.SplitN(name, ".", 2)).Sanitize()
+			if _, err := conn.Exec(context.Background(), "ALTER TABLE "+tbl+" ADD COLUMN extra int DEFAULT 7"); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	eng := mover.New(cfg, c.cat)
+	m = scheduleMove(t, eng, shard, target)
+	err = eng.Run(context.Background(), m.ID)
+	require.Error(t, err)
+	t.Logf("move failed as it should: %v", err)
+	assert.Contains(t, err.Error(), "extra")
+	assert.Contains(t, err.Error(), "schema change made during the move is not replicated")
+	got, err := c.cat.Move(context.Background(), m.ID)
+	require.NoError(t, err)
+	assert.Equal(t, "failed", got.Phase)
+	_, group := groupShard(t, c, 0)
+	assert.Equal(t, source, group, "a failed move leaves the group on its source")
+
+	conn, err := c.cat.ConnectNode(context.Background(), src.Host, src.Port)
+	require.NoError(t, err)
+	defer conn.Close(context.Background())
+	var slots, pubs int
+	require.NoError(t, conn.QueryRow(context.Background(), `SELECT (SELECT count(*) FROM pg_replication_slots WHERE slot_name LIKE 'shardmover%'),
+		(SELECT count(*) FROM pg_publication WHERE pubname LIKE 'shardmover%')`).Scan(&slots, &pubs))
+	assert.Zero(t, slots, "no slot left on the source")
+	assert.Zero(t, pubs, "no publication left on the source")
+
+	// The same DDL on the target's side is not needed: a new move copies
+	// the table as it is now.
+	m2 := scheduleMove(t, mover.New(testConfig(t), c.cat), shard, target)
+	require.NoError(t, mover.New(testConfig(t), c.cat).Run(context.Background(), m2.ID))
+	res := bg.stop(t)
+	verify(t, c, res)
 }

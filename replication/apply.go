@@ -382,7 +382,7 @@ func (x *executor) run(ctx context.Context) {
 func (x *executor) do(ctx context.Context, u *unit) error {
 	for _, p := range u.prepares {
 		if _, err := x.conn.Prepare(ctx, p.name, p.sql, p.oids); err != nil {
-			err = fmt.Errorf("prepare %s statement for %s on the target: %w", kindName(p.kind), p.rel, err)
+			err = fmt.Errorf("prepare %s statement for %s on the target: %w%s", kindName(p.kind), p.rel, err, schemaHint(err))
 			if pgCode(err) != "" && isPermanent(err) {
 				return permanent(err)
 			}
@@ -397,7 +397,7 @@ func (x *executor) do(ctx context.Context, u *unit) error {
 			}
 			c := u.checks[i]
 			if r.Err != nil {
-				err := fmt.Errorf("apply %s on the target: %w", c.what, r.Err)
+				err := fmt.Errorf("apply %s on the target: %w%s", c.what, r.Err, schemaHint(r.Err))
 				if isPermanent(r.Err) {
 					return permanent(err)
 				}
@@ -449,6 +449,18 @@ func loadTypeNames(ctx context.Context, conn *pgconn.PgConn) (map[uint32]string,
 		names[uint32(oid)] = string(row[1])
 	}
 	return names, nil
+}
+
+// schemaHint explains errors that mean the table's definition differs
+// between source and target: DDL is not part of logical replication.
+func schemaHint(err error) string {
+	switch pgCode(err) {
+	case "42703", "42P01", "42804", "22P02":
+		// undefined column or table, datatype mismatch, or a value the
+		// target's column type does not accept.
+		return "; the table's definition differs between source and target (a schema change made during the move is not replicated): let the move fail and move the group again"
+	}
+	return ""
 }
 
 func kindName(k byte) string {
