@@ -32,9 +32,12 @@ type PlanOptions struct {
 	AddNodes []string
 }
 
-// DefaultPlanOptions: by_shard_count with Citus's defaults.
+// DefaultPlanOptions: Citus's defaults. Like Citus since 12.0, the default
+// strategy is by_disk_size (bytes of the group plus a 100 MiB base cost,
+// threshold 0.1): equal shard counts can still leave one node with most of
+// the data.
 func DefaultPlanOptions() PlanOptions {
-	return PlanOptions{Strategy: "by_shard_count", MaxMoves: 1000000, MaxPerNode: 1}
+	return PlanOptions{Strategy: "by_disk_size", MaxMoves: 1000000, MaxPerNode: 1}
 }
 
 // BuildInput turns a cluster status (live or from a snapshot file) and the

@@ -154,7 +154,7 @@ func TestClusterCommands(t *testing.T) {
 	assert.Contains(t, out, `"schema_version": 1`)
 	out, msg, code = run(t, "plan", "--coordinator", coord)
 	require.Equal(t, 0, code, msg)
-	assert.Contains(t, out, "strategy by_shard_count")
+	assert.Contains(t, out, "strategy by_disk_size, threshold 0.1")
 	out, msg, code = run(t, "workload", "--coordinator", coord, "--duration", "1s", "--clients", "2", "--users", "50")
 	require.Equal(t, 0, code, msg)
 	assert.Contains(t, out, "ledger: PASS")

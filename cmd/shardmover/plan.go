@@ -51,7 +51,7 @@ func newPlanCmd(g *globals) *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&opts.Strategy, "strategy", opts.Strategy, "by_shard_count or by_disk_size")
+	f.StringVar(&opts.Strategy, "strategy", opts.Strategy, "by_disk_size (the default, as in Citus 12+) or by_shard_count")
 	f.Float64Var(&threshold, "threshold", 0, "balanced when every node is within (1 ± threshold) × average (default: the strategy's)")
 	f.Float64Var(&improvement, "improvement-threshold", 0, "skip moves whose balance gain is small for their size (default: the strategy's)")
 	f.IntVar(&opts.MaxMoves, "max-moves", opts.MaxMoves, "most balancing moves (drains are never limited)")
