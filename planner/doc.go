@@ -39,7 +39,11 @@
 //     be sent on to a better node by rewriting its move, so it still moves
 //     once, when that cannot invalidate the moves planned in between. The
 //     plan is also computed with Citus's own greedy rule, and the better of
-//     the two is returned (see Plan).
+//     the two is returned (see Plan). Before that, each balancing move of
+//     our plan, largest first, is given the smallest group of the same
+//     colocation on the same source that leaves both nodes as close to the
+//     band (see shrinkBytes in refine.go): the same number of moves, as
+//     balanced, fewer bytes.
 //  4. Waves: each move gets a wave so that within a wave a node takes part
 //     in at most MaxPerNode moves and the moves of one node keep their
 //     order.
