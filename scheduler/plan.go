@@ -17,6 +17,9 @@ type PlanOptions struct {
 	// Threshold and ImprovementThreshold are nil for the strategy's default.
 	Threshold            *float64
 	ImprovementThreshold *float64
+	// BaseCost is by_disk_size's cost added to every group's bytes, like
+	// Citus's citus.rebalancer_by_disk_size_base_cost; nil for 100 MiB.
+	BaseCost *int64
 	// MaxMoves limits balancing moves (Citus's default is 1000000).
 	MaxMoves int
 	// MaxPerNode is how many moves one node takes part in per wave.
@@ -60,6 +63,12 @@ func BuildInput(st metadata.Status, o PlanOptions) (planner.Input, error) {
 			return in, invalidf("--improvement-threshold must be a number of 0 or more, got %v", *o.ImprovementThreshold)
 		}
 		in.ImprovementThreshold = *o.ImprovementThreshold
+	}
+	if o.BaseCost != nil {
+		if *o.BaseCost < 0 {
+			return in, invalidf("--base-cost must be 0 or more bytes, got %d", *o.BaseCost)
+		}
+		in.BaseCost = *o.BaseCost
 	}
 	if o.MaxMoves < 0 {
 		return in, invalidf("--max-moves must be 0 or more, got %d", o.MaxMoves)

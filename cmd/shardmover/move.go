@@ -15,6 +15,7 @@ import (
 	"github.com/shardmover/shardmover/internal/units"
 	"github.com/shardmover/shardmover/metadata"
 	"github.com/shardmover/shardmover/mover"
+	"github.com/shardmover/shardmover/scheduler"
 )
 
 func newMoveCmd(g *globals) *cobra.Command {
@@ -145,7 +146,17 @@ func parseRate(s string) (int64, error) {
 	if s == "" {
 		return 0, nil
 	}
-	t := strings.TrimSuffix(strings.TrimSpace(s), "/s")
+	v, ok := parseSize(strings.TrimSuffix(strings.TrimSpace(s), "/s"))
+	if !ok || v <= 0 {
+		return 0, usagef("--throttle %q is not a rate: write it like 50MB/s or 1GiB/s", s)
+	}
+	return v, nil
+}
+
+// parseSize reads a byte count with an optional unit: "100MiB", "1GB",
+// "512KB", "0".
+func parseSize(s string) (int64, bool) {
+	t := strings.TrimSpace(s)
 	units := []struct {
 		suffix string
 		mult   int64
@@ -159,10 +170,30 @@ func parseRate(s string) (int64, error) {
 		}
 	}
 	v, err := strconv.ParseFloat(strings.TrimSpace(t), 64)
-	if err != nil || v <= 0 {
-		return 0, usagef("--throttle %q is not a rate: write it like 50MB/s or 1GiB/s", s)
+	if err != nil || v < 0 || v*float64(mult) > 1<<62 {
+		return 0, false
 	}
-	return int64(v * float64(mult)), nil
+	return int64(v * float64(mult)), true
+}
+
+// baseCostFlag is --base-cost of plan, rebalance and daemon.
+type baseCostFlag struct{ raw string }
+
+func (b *baseCostFlag) register(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&b.raw, "base-cost", "", "by_disk_size: cost added to every shard group's bytes, like citus.rebalancer_by_disk_size_base_cost (default 100MiB)")
+}
+
+// apply sets o.BaseCost when the flag was given.
+func (b *baseCostFlag) apply(o *scheduler.PlanOptions) error {
+	if b.raw == "" {
+		return nil
+	}
+	v, ok := parseSize(b.raw)
+	if !ok {
+		return usagef("--base-cost %q is not a size: write it like 100MiB, 1GB or 0", b.raw)
+	}
+	o.BaseCost = &v
+	return nil
 }
 
 // moveDisplay shows live progress of moves: one redrawn line per move on a

@@ -16,6 +16,7 @@ func newPlanCmd(g *globals) *cobra.Command {
 		threshold, improvement float64
 		capacity               []string
 		snapshot               string
+		baseCost               baseCostFlag
 	)
 	cmd := &cobra.Command{
 		Use:   "plan",
@@ -27,6 +28,9 @@ func newPlanCmd(g *globals) *cobra.Command {
 			}
 			if cmd.Flags().Changed("improvement-threshold") {
 				opts.ImprovementThreshold = &improvement
+			}
+			if err := baseCost.apply(&opts); err != nil {
+				return err
 			}
 			var err error
 			if opts.Capacity, err = scheduler.ParseCapacity(capacity); err != nil {
@@ -54,6 +58,7 @@ func newPlanCmd(g *globals) *cobra.Command {
 	f.StringVar(&opts.Strategy, "strategy", opts.Strategy, "by_disk_size (the default, as in Citus 12+) or by_shard_count")
 	f.Float64Var(&threshold, "threshold", 0, "balanced when every node is within (1 ± threshold) × average (default: the strategy's)")
 	f.Float64Var(&improvement, "improvement-threshold", 0, "skip moves whose balance gain is small for their size (default: the strategy's)")
+	baseCost.register(cmd)
 	f.IntVar(&opts.MaxMoves, "max-moves", opts.MaxMoves, "most balancing moves (drains are never limited)")
 	f.IntVar(&opts.MaxPerNode, "per-node", opts.MaxPerNode, "moves one node may take part in at once (sets the waves)")
 	f.BoolVar(&opts.DrainOnly, "drain-only", false, "only move groups off nodes that must be emptied")

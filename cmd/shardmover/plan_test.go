@@ -62,6 +62,39 @@ func TestPlanWhatIf(t *testing.T) {
 	assert.Contains(t, out, "8 moves")
 }
 
+// With --base-cost 0, by_disk_size balances bytes alone: every worker ends
+// within the 10% band of the average bytes.
+func TestPlanBaseCost(t *testing.T) {
+	snap := writeSnapshot(t)
+	out, msg, code := run(t, "plan", "--snapshot", snap, "--add-node", "10.0.0.4:5432", "--base-cost", "0", "-o", "json")
+	require.Equal(t, 0, code, msg)
+	var res struct {
+		Balanced bool `json:"balanced"`
+		After    []struct {
+			Name     string  `json:"name"`
+			Eligible bool    `json:"eligible"`
+			Bytes    int64   `json:"bytes"`
+			Cost     float64 `json:"cost"`
+		} `json:"after"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &res))
+	require.True(t, res.Balanced)
+	var total, n int64
+	for _, a := range res.After {
+		if a.Eligible {
+			total += a.Bytes
+			n++
+			assert.EqualValues(t, a.Bytes, a.Cost, "%s: with no base cost, cost is bytes", a.Name)
+		}
+	}
+	require.EqualValues(t, 3, n)
+	for _, a := range res.After {
+		if a.Eligible {
+			assert.InDelta(t, float64(total)/3, float64(a.Bytes), 0.1*float64(total)/3+1, a.Name)
+		}
+	}
+}
+
 func TestPlanBadInput(t *testing.T) {
 	snap := writeSnapshot(t)
 	cases := []struct {
@@ -78,6 +111,8 @@ func TestPlanBadInput(t *testing.T) {
 		{[]string{"--max-moves", "-1"}, "--max-moves must be 0 or more"},
 		{[]string{"--exclude", "1"}, "--exclude 1: no such shard"},
 		{[]string{"--capacity", "nonsense"}, "must be host:port=number"},
+		{[]string{"--base-cost", "lots"}, `--base-cost "lots" is not a size`},
+		{[]string{"--base-cost", "-5MB"}, `--base-cost "-5MB" is not a size`},
 	}
 	for _, tc := range cases {
 		_, msg, code := run(t, append([]string{"plan", "--snapshot", snap}, tc.args...)...)

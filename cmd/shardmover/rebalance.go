@@ -24,6 +24,7 @@ type jobFlags struct {
 	limits                 mover.Limits
 	bandwidth              string
 	threshold, improvement float64
+	baseCost               baseCostFlag
 }
 
 func (f *jobFlags) register(cmd *cobra.Command, withPlan bool) {
@@ -34,6 +35,7 @@ func (f *jobFlags) register(cmd *cobra.Command, withPlan bool) {
 		fl.StringVar(&f.plan.Strategy, "strategy", f.plan.Strategy, "by_disk_size (the default, as in Citus 12+) or by_shard_count")
 		fl.Float64Var(&f.threshold, "threshold", 0, "balanced when every node is within (1 ± threshold) × average (default: the strategy's)")
 		fl.Float64Var(&f.improvement, "improvement-threshold", 0, "skip moves whose gain is small for their size (default: the strategy's)")
+		f.baseCost.register(cmd)
 		fl.IntVar(&f.plan.MaxMoves, "max-moves", f.plan.MaxMoves, "most balancing moves")
 	}
 	fl.IntVar(&f.limits.Concurrency, "concurrency", f.limits.Concurrency, "moves running at once in the cluster")
@@ -54,6 +56,9 @@ func (f *jobFlags) resolve(cmd *cobra.Command) error {
 	}
 	if cmd.Flags().Changed("improvement-threshold") {
 		f.plan.ImprovementThreshold = &f.improvement
+	}
+	if err := f.baseCost.apply(&f.plan); err != nil {
+		return err
 	}
 	rate, err := parseRate(f.bandwidth)
 	if err != nil {
