@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -91,10 +92,10 @@ type applier struct {
 	size int  // bytes of queued values
 	inTx bool // BEGIN queued, COMMIT not yet
 
-	strict bool                // one statement per change, in source order
-	runs   []*run              // pending runs of the segment, oldest first
-	byKind map[runKey]*run     // the same, by relation and shape
-	seen   map[rowKey]struct{} // rows changed in the segment
+	strict bool              // one statement per change, in source order
+	runs   []*run            // pending runs of the segment, oldest first
+	byKind map[runKey]*run   // the same, by relation and shape
+	seen   map[rowKey]rowRef // rows changed in the segment
 	spare  []*run
 
 	nextStmt  int
@@ -111,8 +112,16 @@ type rowKey struct {
 	key string
 }
 
+// rowRef locates a row's pending change: row i of run r, while r still
+// has the generation gen (a run that is emitted and reused moves on).
+type rowRef struct {
+	r   *run
+	gen int
+	i   int
+}
+
 func newApplier(x *executor, typeNames map[uint32]string) *applier {
-	return &applier{exec: x, typeNames: typeNames, byKind: map[runKey]*run{}, seen: map[rowKey]struct{}{}}
+	return &applier{exec: x, typeNames: typeNames, byKind: map[runKey]*run{}, seen: map[rowKey]rowRef{}}
 }
 
 func (a *applier) queueSQL(sql string, values [][]byte, oids []uint32, c check) {
@@ -158,8 +167,14 @@ func (a *applier) apply(ctx context.Context, s *stmt) error {
 func (a *applier) addToRun(s *stmt) {
 	rk := rowKey{rel: s.rel, key: s.rowKeyBytes()}
 	if rk.key != "" {
-		if _, again := a.seen[rk]; again {
-			a.emitRuns() // a new segment
+		if ref, again := a.seen[rk]; again && ref.gen == ref.r.gen {
+			switch a.coalesce(ref, s, rk) {
+			case merged:
+				a.cur.reordered = true
+				return
+			case conflict:
+				a.emitRuns() // a new segment
+			}
 		}
 	}
 	k := runKey{rel: s.rel, shape: s.shape}
@@ -179,11 +194,64 @@ func (a *applier) addToRun(s *stmt) {
 	}
 	r.add(s)
 	if rk.key != "" {
-		a.seen[rk] = struct{}{}
+		a.seen[rk] = rowRef{r: r, gen: r.gen, i: len(r.rows) - 1}
 	}
 	a.n++
 	a.cur.reordered = true
 }
+
+// coalesce folds change s into the pending change of the same row, which
+// the target transaction has not applied yet; only the row's final state
+// is ever visible there:
+//
+//	INSERT then UPDATE   the INSERT, with the updated columns' new values
+//	UPDATE then UPDATE   the later UPDATE, when both set the same columns
+//	INSERT then DELETE   nothing
+//	UPDATE then DELETE   the DELETE (which still must find the row)
+//
+// Anything else (a DELETE then an INSERT, updates of different columns)
+// is a conflict: the segment ends and s starts the next one.
+func (a *applier) coalesce(ref rowRef, s *stmt, rk rowKey) coalesced {
+	prev := ref.r.first
+	row := ref.r.rows[ref.i]
+	switch {
+	case prev.kind == 'I' && s.kind == 'U':
+		vals := slices.Clone(row)
+		for j, p := range s.params {
+			if p.where {
+				continue
+			}
+			at := prev.paramOf(p.col)
+			if at < 0 {
+				return conflict
+			}
+			vals[at] = s.values[j]
+		}
+		ref.r.rows[ref.i] = vals
+		return merged
+	case prev.kind == 'U' && s.kind == 'U' && prev.shape == s.shape:
+		ref.r.rows[ref.i] = s.values
+		return merged
+	case prev.kind == 'I' && s.kind == 'D':
+		ref.r.rows[ref.i] = nil
+		delete(a.seen, rk)
+		return merged
+	case prev.kind == 'U' && s.kind == 'D':
+		ref.r.rows[ref.i] = nil
+		delete(a.seen, rk)
+		return replaced
+	}
+	return conflict
+}
+
+// coalesced is what coalesce did with a change.
+type coalesced int
+
+const (
+	conflict coalesced = iota // not foldable: end the segment
+	merged                    // folded in: nothing more to queue
+	replaced                  // the pending change is gone: queue s as new
+)
 
 // emitRuns queues every pending run and starts a new segment.
 func (a *applier) emitRuns() {
@@ -235,8 +303,14 @@ func (a *applier) emitRun(r *run) {
 		a.spare = append(a.spare, r)
 	}()
 	a.n -= len(r.rows)
-	if len(r.rows) == 1 {
-		a.queueStmt(s)
+	r.compact() // drop the rows coalesced away
+	switch len(r.rows) {
+	case 0:
+		return
+	case 1:
+		one := *s
+		one.values = r.rows[0]
+		a.queueStmt(&one)
 		return
 	}
 	for _, p := range s.params {

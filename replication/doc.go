@@ -69,9 +69,12 @@
 //     round trip on the target. Within a target transaction, changes to
 //     distinct rows are regrouped into multi-row statements (INSERT ...
 //     SELECT / UPDATE ... FROM / DELETE ... USING over unnest()ed text
-//     arrays, each value still cast through its type's input function); a
-//     row changed twice starts a new segment, so each row's changes keep
-//     their order. Should a regrouped round trip fail (a unique value moving
+//     arrays, each value still cast through its type's input function).
+//     Changes of one row within the target transaction are folded into one
+//     (insert+update, update+update of the same columns, insert+delete,
+//     update+delete): only the final state is ever visible on the target.
+//     Any other second change of a row starts a new segment, so each row's
+//     changes keep their order. Should a regrouped round trip fail (a unique value moving
 //     between rows can), nothing of it commits and those transactions are
 //     replayed one statement per change in exact source order; only that
 //     replay's failure counts. An UPDATE or DELETE that finds fewer rows

@@ -2,6 +2,7 @@ package replication
 
 import (
 	"encoding/binary"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -30,17 +31,36 @@ const (
 
 type run struct {
 	first *stmt      // the first change: relation, kind, shape, params
-	rows  [][][]byte // the values of each change, in order
+	rows  [][][]byte // the values of each change, in order; nil: coalesced away
 	bytes int
+	gen   int // bumped when the run is emitted and reset
 }
 
 func (r *run) reset() {
 	clear(r.rows)
 	r.first, r.rows, r.bytes = nil, r.rows[:0], 0
+	r.gen++
+}
+
+// compact drops the rows coalesced away.
+func (r *run) compact() {
+	r.rows = slices.DeleteFunc(r.rows, func(row [][]byte) bool { return row == nil })
+}
+
+// paramOf returns the position of column col among s's parameters, or -1.
+func (s *stmt) paramOf(col int) int {
+	for i, p := range s.params {
+		if p.col == col && !p.where {
+			return i
+		}
+	}
+	return -1
 }
 
 func (r *run) full() bool { return len(r.rows) >= maxRunRows || r.bytes >= maxRunBytes }
 
+// add appends s's values. They are s's own: pglogrepl copies tuple data out
+// of the receive buffer, so they stay valid after later messages.
 func (r *run) add(s *stmt) {
 	if r.first == nil {
 		r.first = s
