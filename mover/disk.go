@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/shardmover/shardmover/internal/units"
+	"github.com/shardmover/shardmover/metadata"
 )
 
 // defaultDiskFactor is how many times the shard group's size the target
@@ -71,9 +72,11 @@ func parseDF(lines []string) (int64, error) {
 }
 
 // checkRoom refuses a move whose shard group would not fit on the target
-// with the configured headroom. A target that will not report its free
-// space is logged and let through.
-func (e *Engine) checkRoom(ctx context.Context, m groupRef, size int64, dc *pgx.Conn, dstAddr string) error {
+// with the configured headroom, counting what other moves into the same
+// target still have to copy (the free space already reflects what they
+// copied). A target that will not report its free space is logged and let
+// through.
+func (e *Engine) checkRoom(ctx context.Context, m metadata.Move, size int64, dc *pgx.Conn, dstAddr string) error {
 	factor := e.cfg.DiskFactor
 	if factor < 0 {
 		return nil
@@ -85,9 +88,30 @@ func (e *Engine) checkRoom(ctx context.Context, m groupRef, size int64, dc *pgx.
 		return nil
 	}
 	need := int64(math.Ceil(float64(size) * factor))
-	if free < need {
+	others, err := e.cat.Moves(ctx, metadata.MoveFilter{ActiveOnly: true})
+	if err != nil {
+		return err
+	}
+	var pending int64
+	for _, o := range others {
+		if o.ID == m.ID || o.TargetGroup != m.TargetGroup {
+			continue
+		}
+		switch p, _ := ParsePhase(o.Phase); p {
+		case Setup, Copying, Indexing:
+			if left := o.BytesTotal - o.BytesCopied; left > 0 {
+				pending += int64(math.Ceil(float64(left) * factor))
+			}
+		}
+	}
+	g := groupRef{int64(m.ColocationID), int64(m.ShardIndex)}
+	switch {
+	case free < need+pending && pending > 0:
+		return invalidf("the target %s has %s free for its data directory; moving shard group %s (%s) needs about %s, and moves already copying there need %s more; free space there, wait for them, or choose another target",
+			dstAddr, units.Bytes(free), g, units.Bytes(size), units.Bytes(need), units.Bytes(pending))
+	case free < need:
 		return invalidf("the target %s has %s free for its data directory, and moving shard group %s (%s) needs about %s; free space there or choose another target",
-			dstAddr, units.Bytes(free), m, units.Bytes(size), units.Bytes(need))
+			dstAddr, units.Bytes(free), g, units.Bytes(size), units.Bytes(need))
 	}
 	return nil
 }

@@ -302,6 +302,24 @@ func TestPreflightRefusals(t *testing.T) {
 	assert.Contains(t, err.Error(), "free for its data directory")
 	assert.Contains(t, err.Error(), "choose another target")
 
+	// Room others still need: a move of another group into the same
+	// target, copying, with more bytes left than the disk has free.
+	other, _ := groupShard(t, c, 1)
+	otherSpecs, err := eng.Resolve(ctx, []mover.Request{{ShardID: other, Target: target}})
+	require.NoError(t, err)
+	_, otherMoves, err := eng.Schedule(ctx, "move", otherSpecs)
+	require.NoError(t, err)
+	om := otherMoves[0]
+	for _, step := range [][2]string{{"scheduled", "preflight"}, {"preflight", "setup"}, {"setup", "copying"}} {
+		require.NoError(t, c.cat.SetPhase(ctx, om.ID, step[0], step[1], "test", ""))
+	}
+	require.NoError(t, c.cat.SetProgress(ctx, om.ID, 0, 1<<60, "", ""))
+	err = eng.Preflight(ctx, specs[0])
+	assert.ErrorIs(t, err, metadata.ErrInvalid)
+	assert.Contains(t, err.Error(), "moves already copying there need")
+	require.NoError(t, c.cat.SetPhase(ctx, om.ID, "copying", "cancelled", "test", ""))
+	require.NoError(t, eng.Preflight(ctx, specs[0]))
+
 	// Server settings the move needs, each refused with a sentence.
 	restart := func(n metadata.Node, sql string) {
 		t.Helper()

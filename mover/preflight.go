@@ -135,7 +135,7 @@ func (e *Engine) checkNodes(ctx context.Context, m metadata.Move, src, dst metad
 		if err := sc.QueryRow(ctx, `SELECT coalesce(sum(pg_total_relation_size(to_regclass(n))), 0)::int8 FROM unnest($1::text[]) n`, names).Scan(&size); err != nil {
 			return fmt.Errorf("measure shard group on %s: %w", src.Addr(), err)
 		}
-		if err := e.checkRoom(ctx, groupRef{int64(m.ColocationID), int64(m.ShardIndex)}, size, dc, dst.Addr()); err != nil {
+		if err := e.checkRoom(ctx, m, size, dc, dst.Addr()); err != nil {
 			return err
 		}
 	}
