@@ -77,14 +77,15 @@ type check struct {
 //
 // Batchable changes collect in runs (see run.go). Unless strict, changes
 // are regrouped within a segment: a stretch of the target transaction in
-// which no row (relation and key) is changed twice. Changes to distinct rows
-// commute, so each run of a segment may hold changes that were not
-// consecutive, and the runs go out in any order. The one effect order can
-// still have is on constraints between rows (a unique column value that
-// moves from one row to another): such a unit fails, and the session then
-// replays those transactions strictly (see reorderedError): one statement
-// per change in the source's exact order, so that any error it meets is
-// the source's own and names the row.
+// which each row (relation and key) has one pending change; a second change
+// of a row is folded into the first (see coalesce) or starts a new segment.
+// Changes to distinct rows commute, so each run of a segment may hold
+// changes that were not consecutive, and the runs go out in any order. The
+// one effect order can still have is on constraints between rows (a unique
+// column value that moves from one row to another): such a unit fails, and
+// the session then replays those transactions strictly (see
+// reorderedError): one statement per change in the source's exact order,
+// so that any error it meets is the source's own and names the row.
 type applier struct {
 	exec *executor
 	cur  unit
