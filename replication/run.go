@@ -7,21 +7,22 @@ import (
 	"strings"
 )
 
-// A run is consecutive batchable changes of one relation and one shape
-// (same kind, same columns set and compared), applied as one statement over
-// unnest()ed text arrays:
+// A run is batchable changes of one relation and one shape (same kind,
+// same columns set and compared) within a segment of the target
+// transaction (see applier), applied as one statement over unnest()ed
+// text arrays (sent in binary):
 //
 //	INSERT INTO t (a, b) SELECT u.p1::int8, u.p2::text FROM unnest($1::text[], $2::text[]) AS u(p1, p2)
 //	UPDATE t AS _t SET b = u.p1::text FROM unnest($1::text[], $2::text[]) AS u(p1, p2) WHERE _t.a = u.p2::int8
 //	DELETE FROM t AS _t USING unnest($1::text[]) AS u(p1) WHERE _t.a = u.p1::int8
 //
-// It is the same as applying the changes one by one because a run never
-// holds two changes of the same row: UPDATE and DELETE runs find rows by a
-// unique key they do not change, and a repeated key starts a new run. An
-// INSERT run needs no such rule (two inserts of one key fail either way).
-// Every value still goes through its type's input function (the cast from
-// text), so values round-trip exactly as with single-row statements. UPDATE
-// and DELETE runs must affect exactly as many rows as they hold.
+// It is the same as applying the changes one by one because a segment
+// holds one pending change per row: UPDATE and DELETE runs find rows by a
+// unique key they do not change, and a second change of a row is folded
+// into the first or starts a new segment. Every value still goes through
+// its type's input function (the cast from text), so values round-trip
+// exactly as with single-row statements. UPDATE and DELETE runs must
+// affect exactly as many rows as they hold.
 
 // Run bounds: a run is emitted when it reaches either.
 const (
