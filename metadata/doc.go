@@ -24,4 +24,7 @@
 //     other parameter from the coordinator's connection string, overridable
 //     with NodeConninfo. Errors and logs name nodes by host:port only; no
 //     password or full connection string is ever printed.
+//   - On compat clusters a statement trigger on the node catalog NOTIFYs
+//     NodeChannel; WatchNodes turns that into wake-ups (never on Citus,
+//     whose catalog is not ours: callers poll as well).
 package metadata

@@ -62,6 +62,12 @@ var compatDDL = []string{
 	)`,
 	`CREATE UNIQUE INDEX IF NOT EXISTS pg_dist_placement_one_per_shard ON shardmover_catalog.pg_dist_placement (shardid)`,
 	`CREATE INDEX IF NOT EXISTS pg_dist_placement_groupid_index ON shardmover_catalog.pg_dist_placement (groupid)`,
+	// Changes to the node catalog are announced on NodeChannel, so a
+	// daemon notices an added node at once instead of at its next poll.
+	`CREATE OR REPLACE FUNCTION shardmover_catalog.notify_node_change() RETURNS trigger
+		LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_notify('` + NodeChannel + `', ''); RETURN NULL; END $$`,
+	`CREATE OR REPLACE TRIGGER shardmover_node_change AFTER INSERT OR UPDATE OR DELETE
+		ON shardmover_catalog.pg_dist_node FOR EACH STATEMENT EXECUTE FUNCTION shardmover_catalog.notify_node_change()`,
 	`CREATE TABLE IF NOT EXISTS shardmover_catalog.pg_dist_colocation (
 		colocationid integer NOT NULL PRIMARY KEY,
 		shardcount integer NOT NULL,

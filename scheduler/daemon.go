@@ -250,20 +250,37 @@ func (d *Daemon) sweep(ctx context.Context) {
 	}
 }
 
-// watch polls the node catalog (through metadata); a node added, reactivated or given
-// shouldhaveshards starts the settle timer, and when the cluster has been
-// quiet for Settle a rebalance runs.
+// watch reads the node catalog (through metadata) every Poll, and at once
+// when the coordinator announces a change (compat clusters); a node added,
+// reactivated or given shouldhaveshards starts the settle timer, and when
+// the cluster has been quiet for Settle a rebalance runs.
 func (d *Daemon) watch(ctx context.Context) {
+	notes := d.cat.WatchNodes(ctx)
+	var due time.Time
+	wait := func() error {
+		timeout := d.cfg.Poll
+		if !due.IsZero() {
+			timeout = max(0, min(timeout, time.Until(due)))
+		}
+		t := time.NewTimer(timeout)
+		defer t.Stop()
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		case <-notes:
+		}
+		return nil
+	}
 	seen, err := d.nodeStates(ctx)
 	for err != nil {
-		if sleepCtx(ctx, d.cfg.Poll) != nil {
+		if wait() != nil {
 			return
 		}
 		seen, err = d.nodeStates(ctx)
 	}
-	var due time.Time
 	for {
-		if sleepCtx(ctx, d.cfg.Poll) != nil {
+		if wait() != nil {
 			return
 		}
 		now, err := d.nodeStates(ctx)

@@ -297,3 +297,26 @@ func TestSecondRebalanceRefused(t *testing.T) {
 	close(release)
 	require.NoError(t, <-done)
 }
+
+// TestDaemonHearsNodeAddWithoutPolling: with a poll interval far longer
+// than the test, the daemon still starts a rebalance right after the
+// settle period, woken by the coordinator's notification.
+func TestDaemonHearsNodeAddWithoutPolling(t *testing.T) {
+	sb, cat, _ := loaded(t, 8)
+	ctx := context.Background()
+	cfg := daemonConfig(t)
+	cfg.Poll = 10 * time.Minute
+	cfg.Settle = time.Second
+	d, stop := startDaemon(t, cfg, cat)
+	defer stop()
+	eventually(t, "leadership", 30*time.Second, d.IsLeader)
+	time.Sleep(time.Second) // the watcher has read the catalog once
+
+	n, err := sb.AddNode(ctx)
+	require.NoError(t, err)
+	_, err = cat.AddNode(ctx, n.Host, n.Port, metadata.DefaultAddNodeOptions())
+	require.NoError(t, err)
+	eventually(t, "a rebalance triggered by the node add", 30*time.Second, func() bool {
+		return scrape(t, d)["shardmover_triggers_total{source=node_added}"] >= 1
+	})
+}
