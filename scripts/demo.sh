@@ -54,6 +54,9 @@ $SM jobs list --dir "$DIR"
 
 step "layout after"
 $SM status --dir "$DIR"
+echo "(by_disk_size, the default as in Citus 12+, costs a group at its bytes plus 100 MiB, so at"
+echo " demo scale it evens out group counts and moves the smallest groups; with --base-cost 0 the"
+echo " same plan balances bytes alone: $SM plan --dir $DIR --base-cost 0)"
 
 step "stop the workload and check the ledger"
 kill -INT "$WL_PID"
