@@ -48,6 +48,9 @@ func portLockDir() (string, error) {
 	if err := os.MkdirAll(dir, 0o777); err != nil {
 		return "", fmt.Errorf("create port reservation folder: %w", err)
 	}
+	// Every user's tests share the reservations: open it to all (umask
+	// would not). Failing that, the locks this user can take still work.
+	_ = os.Chmod(dir, 0o777)
 	return dir, nil
 }
 
@@ -105,6 +108,7 @@ func reserveOne(dir string, port int) bool {
 	if err != nil {
 		return false
 	}
+	_ = f.Chmod(0o666) // past umask, so other users can lock it too
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 		_ = f.Close()
 		return false
