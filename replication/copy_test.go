@@ -36,10 +36,15 @@ func TestCopyEqualsSnapshotUnderLoad(t *testing.T) {
 	// Slot creation waits for a running-transactions record; a checkpoint
 	// logs one, so the test need not wait for the background writer's.
 	cp := e.connect(e.srcDSN)
+	wg.Add(1)
 	go func() {
+		defer wg.Done()
 		for ctx.Err() == nil {
 			cp.Exec(context.Background(), "CHECKPOINT")
-			time.Sleep(time.Second)
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Second):
+			}
 		}
 	}()
 	verify := e.connect(e.srcDSN)
