@@ -554,8 +554,12 @@ func (l *Lease) Alive(ctx context.Context) bool {
 	return l.conn.Ping(ctx) == nil
 }
 
-// Release gives the move up.
+// Release gives the lock up. It unlocks before closing the connection:
+// a closed connection's backend drops its locks only when it exits, a
+// moment later, and whoever takes the lock next (this process's next
+// step, often) must not find it still held.
 func (l *Lease) Release(ctx context.Context) {
+	_, _ = l.conn.Exec(ctx, "SELECT pg_advisory_unlock_all()")
 	_ = l.conn.Close(ctx)
 }
 

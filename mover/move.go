@@ -34,17 +34,35 @@ type run struct {
 	cutoverBackoff time.Duration
 }
 
+// leaseTries and leaseRetry bound how long Run waits for a held move.
+const (
+	leaseTries = 5
+	leaseRetry = 200 * time.Millisecond
+)
+
 // Run drives move id until it is done, failed or cancelled, resuming from
 // its persisted phase. It returns nil when the move is done, an error
 // saying why when it failed or was cancelled, ctx.Err() when stopped (the
 // move can be resumed), and ErrLeased when another mover holds it.
 func (e *Engine) Run(ctx context.Context, id int64) error {
-	lease, ok, err := e.cat.TryLease(ctx, id)
-	if err != nil {
-		return err
-	}
-	if !ok {
-		return fmt.Errorf("%w: move %d", ErrLeased, id)
+	// A mover that just died may still hold the move for a moment, until
+	// the server notices its connection is gone: ask a few times.
+	var lease *metadata.Lease
+	for try := 0; ; try++ {
+		l, ok, err := e.cat.TryLease(ctx, id)
+		if err != nil {
+			return err
+		}
+		if ok {
+			lease = l
+			break
+		}
+		if try == leaseTries-1 {
+			return fmt.Errorf("%w: move %d", ErrLeased, id)
+		}
+		if err := sleep(ctx, leaseRetry); err != nil {
+			return err
+		}
 	}
 	defer lease.Release(context.WithoutCancel(ctx))
 	r := &run{e: e, id: id, lease: lease, log: e.log.With(zap.Int64("move_id", id)), cutoverBackoff: e.cfg.CutoverBackoff}
