@@ -15,10 +15,11 @@ const NodeChannel = "shardmover_nodes"
 
 // WatchNodes returns a channel that receives a value soon after the node
 // catalog changes, until ctx ends. It LISTENs on its own connection and
-// reconnects after errors; a signal may stand for several changes, and
-// spurious ones happen (after a reconnect, say), so the receiver re-reads
-// the catalog. On Citus, whose catalog shardmover does not own, the channel
-// never fires: callers keep polling, which they must do anyway.
+// reconnects after errors. A signal may stand for several changes, and one
+// also comes each time listening (re)starts, so the receiver re-reads the
+// catalog on every signal and misses nothing from then on. On Citus, whose
+// catalog shardmover does not own, the channel never fires: callers keep
+// polling, which they must do anyway.
 func (c *Catalog) WatchNodes(ctx context.Context) <-chan struct{} {
 	out := make(chan struct{}, 1)
 	if c.flavor == Citus {
@@ -47,8 +48,9 @@ func (c *Catalog) WatchNodes(ctx context.Context) <-chan struct{} {
 	return out
 }
 
-// listen holds one LISTEN connection, of its own (not from the pool, whose
-// connections the moves' leases need), until it fails or ctx ends.
+// listen holds one LISTEN connection until it fails or ctx ends. The
+// connection is its own, not the pool's: it stays busy for as long as the
+// watch runs, and a connection that has LISTENed must not be reused.
 func (c *Catalog) listen(ctx context.Context, signal func()) error {
 	conn, err := pgx.ConnectConfig(ctx, c.pool.Config().ConnConfig.Copy())
 	if err != nil {
