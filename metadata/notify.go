@@ -37,7 +37,7 @@ func (c *Catalog) WatchNodes(ctx context.Context) <-chan struct{} {
 			if ctx.Err() != nil {
 				return
 			}
-			c.log.Debug("node catalog notifications lost; listening again", zap.Error(err))
+			c.log.Debug("node catalog notifications lost; listening again", zap.String("error", redact(err)))
 			signal() // changes may have been missed meanwhile
 			select {
 			case <-ctx.Done():
