@@ -89,15 +89,55 @@ func (d *decoder) parse(data []byte) (msg pglogrepl.Message, err error) {
 	case *pglogrepl.RelationMessage:
 		d.rels[m.RelationID] = d.newRelation(m)
 	case *pglogrepl.TypeMessage:
-		// For a domain pgoutput names its base type; an empty namespace
-		// is pg_catalog.
-		if m.Namespace == "" {
-			d.types[m.DataType] = pgx.Identifier{"pg_catalog", m.Name}
-		} else {
-			d.types[m.DataType] = pgx.Identifier{m.Namespace, m.Name}
-		}
+		d.noteType(m)
 	}
 	return msg, nil
+}
+
+// parseV2 decodes one message of pgoutput protocol 2. Messages inside a
+// stream block carry the (sub)transaction id, returned as xid; change,
+// Relation and Type messages come back as their protocol 1 forms, so the
+// rest of the stream handles both protocols alike.
+func (d *decoder) parseV2(data []byte, inStream bool) (msg pglogrepl.Message, xid uint32, err error) {
+	if len(data) == 0 {
+		return nil, 0, permanent(fmt.Errorf("decode pgoutput message: empty"))
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			msg, err = nil, permanent(fmt.Errorf("decode pgoutput message %q: malformed: %v", data[0], r))
+		}
+	}()
+	m, err := pglogrepl.ParseV2(data, inStream)
+	if err != nil {
+		return nil, 0, permanent(fmt.Errorf("decode pgoutput message %q: %w", data[0], err))
+	}
+	switch v := m.(type) {
+	case *pglogrepl.RelationMessageV2:
+		d.rels[v.RelationID] = d.newRelation(&v.RelationMessage)
+		return &v.RelationMessage, v.Xid, nil
+	case *pglogrepl.TypeMessageV2:
+		d.noteType(&v.TypeMessage)
+		return &v.TypeMessage, v.Xid, nil
+	case *pglogrepl.InsertMessageV2:
+		return &v.InsertMessage, v.Xid, nil
+	case *pglogrepl.UpdateMessageV2:
+		return &v.UpdateMessage, v.Xid, nil
+	case *pglogrepl.DeleteMessageV2:
+		return &v.DeleteMessage, v.Xid, nil
+	case *pglogrepl.TruncateMessageV2:
+		return &v.TruncateMessage, v.Xid, nil
+	}
+	return m, 0, nil
+}
+
+func (d *decoder) noteType(m *pglogrepl.TypeMessage) {
+	// For a domain pgoutput names its base type; an empty namespace is
+	// pg_catalog.
+	if m.Namespace == "" {
+		d.types[m.DataType] = pgx.Identifier{"pg_catalog", m.Name}
+	} else {
+		d.types[m.DataType] = pgx.Identifier{m.Namespace, m.Name}
+	}
 }
 
 func (d *decoder) newRelation(m *pglogrepl.RelationMessage) *relation {

@@ -55,8 +55,13 @@
 //     whose binary form embeds server-specific type OIDs (arrays or
 //     composites of user-defined types) is copied in text format instead.
 //     Copy is throttled by BytesPerSecond and reports progress in bytes.
-//   - Stream decodes pgoutput (protocol 1) and applies each change to the
-//     table of the same schema-qualified name on the target, by primary key
+//   - Stream decodes pgoutput: protocol 2 with streaming on PostgreSQL 14 and
+//     later, protocol 1 before. A large transaction streamed while it runs
+//     is spooled to a local temporary file (never held whole in memory),
+//     rolled-back savepoints are dropped from it (Stream Abort), and it is
+//     applied as one source transaction at its Stream Commit; a new session
+//     gets it streamed again from its first block. Each change is applied to
+//     the table of the same schema-qualified name on the target, by primary key
 //     or replica identity: INSERT; UPDATE of the columns sent (an unchanged
 //     TOASTed value is left alone; a changed key is located by the old key);
 //     DELETE; TRUNCATE. Values travel as text with their type: built-in types

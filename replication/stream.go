@@ -391,13 +391,20 @@ func (s *Stream) session(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
+	// Protocol 2 streams large transactions while they run (PostgreSQL 14
+	// and later); they are spooled to local files until they commit.
+	proto2 := serverVersion(ctx, src) >= 140000
+	pluginArgs := []string{"proto_version '1'", "publication_names '" + s.cfg.Publication + "'"}
+	if proto2 {
+		pluginArgs = []string{"proto_version '2'", "streaming 'on'", "publication_names '" + s.cfg.Publication + "'"}
+	}
 	start := max(progress, s.cfg.StartLSN, confirmed)
 	s.advance(start)
 	s.mu.Lock()
 	s.unapplied = nil // groups of an earlier session are gone
 	s.mu.Unlock()
 	err = pglogrepl.StartReplication(ctx, src, s.cfg.Slot, start, pglogrepl.StartReplicationOptions{
-		PluginArgs: []string{"proto_version '1'", "publication_names '" + s.cfg.Publication + "'"},
+		PluginArgs: pluginArgs,
 	})
 	if err != nil {
 		err = fmt.Errorf("start replication from slot %q at %s: %w", s.cfg.Slot, start, err)
@@ -413,7 +420,9 @@ func (s *Stream) session(ctx context.Context) (err error) {
 	x := newExecutor(s, tgt)
 	go x.run(xctx)
 	defer func() { xcancel(); x.close() }()
-	ss := &session{s: s, src: src, exec: x, app: newApplier(x, types), dec: newDecoder(), skipBefore: progress}
+	ss := &session{s: s, src: src, exec: x, app: newApplier(x, types), dec: newDecoder(), skipBefore: progress,
+		proto2: proto2, spools: map[uint32]*spool{}}
+	defer ss.closeSpools()
 	err = ss.loop(ctx)
 	var re *reorderedError
 	if errors.As(err, &re) {
@@ -473,6 +482,20 @@ func slotConfirmed(ctx context.Context, src *pgconn.PgConn, slot string) (pglogr
 	return pglogrepl.ParseLSN(string(res[0].Rows[0][0]))
 }
 
+// serverVersion reads server_version_num over the replication connection;
+// 0 when it cannot be read (then protocol 1 is used).
+func serverVersion(ctx context.Context, src *pgconn.PgConn) int {
+	res, err := src.Exec(ctx, "SHOW server_version_num").ReadAll()
+	if err != nil || len(res) != 1 || len(res[0].Rows) != 1 {
+		return 0
+	}
+	var n int
+	if _, err := fmt.Sscan(string(res[0].Rows[0][0]), &n); err != nil {
+		return 0
+	}
+	return n
+}
+
 func walBlockSize(ctx context.Context, src *pgconn.PgConn) (uint64, error) {
 	res, err := src.Exec(ctx, "SHOW wal_block_size").ReadAll()
 	if err != nil || len(res) != 1 || len(res[0].Rows) != 1 {
@@ -517,6 +540,20 @@ type session struct {
 	marked pglogrepl.LSN
 	// lastFinal is the commit LSN of the latest transaction begun.
 	lastFinal pglogrepl.LSN
+
+	// Protocol 2: inside a stream block, changes of transaction streamXid
+	// go to its spool until its Stream Commit (or Abort).
+	proto2    bool
+	inStream  bool
+	streamXid uint32
+	spools    map[uint32]*spool
+}
+
+func (ss *session) closeSpools() {
+	for xid, sp := range ss.spools {
+		sp.close()
+		delete(ss.spools, xid)
+	}
 }
 
 func (ss *session) loop(ctx context.Context) error {
@@ -621,10 +658,95 @@ func (ss *session) handleCopyData(ctx context.Context, data []byte) error {
 }
 
 func (ss *session) handleMessage(ctx context.Context, data []byte) error {
-	msg, err := ss.dec.parse(data)
+	if !ss.proto2 {
+		msg, err := ss.dec.parse(data)
+		if err != nil {
+			return err
+		}
+		return ss.handle(ctx, data, msg)
+	}
+	msg, xid, err := ss.dec.parseV2(data, ss.inStream)
 	if err != nil {
 		return err
 	}
+	switch m := msg.(type) {
+	case *pglogrepl.StreamStartMessageV2:
+		if ss.txnOpen {
+			return permanent(errors.New("decode pgoutput: Stream Start inside an open transaction"))
+		}
+		ss.inStream, ss.streamXid = true, m.Xid
+		if ss.spools[m.Xid] == nil {
+			if m.FirstSegment != 1 {
+				// The walsender streams a transaction from its first
+				// change in every session: a later block alone would
+				// apply half a transaction.
+				return permanent(fmt.Errorf("decode pgoutput: stream of transaction %d starts without its first block", m.Xid))
+			}
+			sp, err := newSpool()
+			if err != nil {
+				return err
+			}
+			ss.spools[m.Xid] = sp
+		}
+		return nil
+	case *pglogrepl.StreamStopMessageV2:
+		ss.inStream = false
+		return nil
+	case *pglogrepl.StreamAbortMessageV2:
+		if sp := ss.spools[m.Xid]; sp != nil {
+			if m.SubXid == m.Xid || m.SubXid == 0 {
+				sp.close()
+				delete(ss.spools, m.Xid)
+			} else {
+				sp.aborted[m.SubXid] = true
+			}
+		}
+		return nil
+	case *pglogrepl.StreamCommitMessageV2:
+		return ss.streamCommit(ctx, m)
+	}
+	if ss.inStream {
+		switch msg.(type) {
+		case *pglogrepl.InsertMessage, *pglogrepl.UpdateMessage, *pglogrepl.DeleteMessage, *pglogrepl.TruncateMessage:
+			sp := ss.spools[ss.streamXid]
+			if sp == nil {
+				return permanent(fmt.Errorf("decode pgoutput: change of streamed transaction %d outside its stream", ss.streamXid))
+			}
+			return sp.add(xid, data)
+		}
+		return nil // Relation and Type are cached by the decoder
+	}
+	return ss.handle(ctx, data, msg)
+}
+
+// streamCommit applies a streamed transaction from its spool, as one
+// source transaction committed at m.CommitLSN.
+func (ss *session) streamCommit(ctx context.Context, m *pglogrepl.StreamCommitMessageV2) error {
+	sp := ss.spools[m.Xid]
+	delete(ss.spools, m.Xid)
+	if sp != nil {
+		defer sp.close()
+	}
+	if err := ss.handle(ctx, nil, &pglogrepl.BeginMessage{FinalLSN: m.CommitLSN, CommitTime: m.CommitTime, Xid: m.Xid}); err != nil {
+		return err
+	}
+	if sp != nil {
+		err := sp.replay(func(data []byte) error {
+			msg, _, err := ss.dec.parseV2(data, true)
+			if err != nil {
+				return err
+			}
+			return ss.handle(ctx, data, msg)
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return ss.handle(ctx, nil, &pglogrepl.CommitMessage{CommitLSN: m.CommitLSN, TransactionEndLSN: m.TransactionEndLSN, CommitTime: m.CommitTime})
+}
+
+// handle applies one decoded message outside a stream block.
+func (ss *session) handle(ctx context.Context, data []byte, msg pglogrepl.Message) error {
 	switch m := msg.(type) {
 	case *pglogrepl.BeginMessage:
 		if ss.txnOpen {
