@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"go.uber.org/zap"
 
+	"github.com/shardmover/shardmover/internal/ctxtime"
 	"github.com/shardmover/shardmover/metadata"
 )
 
@@ -50,7 +51,7 @@ func (r *run) cutover(ctx context.Context, m metadata.Move) error {
 			fmt.Sprintf("cutover rolled back (%v); retry in %s", err, wait), ""); err != nil {
 			return err
 		}
-		return sleep(ctx, wait)
+		return ctxtime.Sleep(ctx, wait)
 	}
 	return err
 }

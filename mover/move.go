@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"go.uber.org/zap"
 
+	"github.com/shardmover/shardmover/internal/ctxtime"
 	"github.com/shardmover/shardmover/metadata"
 	"github.com/shardmover/shardmover/replication"
 )
@@ -60,7 +61,7 @@ func (e *Engine) Run(ctx context.Context, id int64) error {
 		if try == leaseTries-1 {
 			return fmt.Errorf("%w: move %d", ErrLeased, id)
 		}
-		if err := sleep(ctx, leaseRetry); err != nil {
+		if err := ctxtime.Sleep(ctx, leaseRetry); err != nil {
 			return err
 		}
 	}
@@ -134,7 +135,7 @@ func (r *run) loop(ctx context.Context) error {
 		if time.Since(errSince) > r.e.cfg.RetryFor && !m.CutoverCommitted {
 			return r.fail(ctx, m, phase, fmt.Errorf("gave up after %s: %w", r.e.cfg.RetryFor, err))
 		}
-		if err := sleep(ctx, time.Second); err != nil {
+		if err := ctxtime.Sleep(ctx, time.Second); err != nil {
 			return err
 		}
 	}
@@ -479,17 +480,6 @@ func (r *run) catchUp(ctx context.Context, m metadata.Move) error {
 			return ctx.Err()
 		case <-tick.C:
 		}
-	}
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
 	}
 }
 

@@ -15,6 +15,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"go.uber.org/zap"
+
+	"github.com/shardmover/shardmover/internal/ctxtime"
 )
 
 // CopyOptions configures Copy.
@@ -461,7 +463,7 @@ func (l *limiter) wait(ctx context.Context, n int) error {
 	l.next = l.next.Add(time.Duration(float64(n) / l.rate * float64(time.Second)))
 	l.mu.Unlock()
 	if d := time.Until(at); d > 0 {
-		return sleep(ctx, d)
+		return ctxtime.Sleep(ctx, d)
 	}
 	return nil
 }

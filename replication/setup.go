@@ -10,6 +10,8 @@ import (
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/shardmover/shardmover/internal/ctxtime"
 )
 
 // DB is what the setup, preflight and cleanup helpers need of a connection.
@@ -220,7 +222,7 @@ func DropSlot(ctx context.Context, db DB, slot string) error {
 		case err == nil, pgCode(err) == "42704": // undefined_object: gone meanwhile
 			return nil
 		case pgCode(err) == "55006" && attempt < 50: // object_in_use: a walsender took it again
-			if err := sleep(ctx, 100*time.Millisecond); err != nil {
+			if err := ctxtime.Sleep(ctx, 100*time.Millisecond); err != nil {
 				return err
 			}
 		default:
@@ -247,7 +249,7 @@ func DropOrigin(ctx context.Context, db DB, origin string) error {
 		if _, err := db.Exec(ctx, `SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity WHERE application_name = $1 AND pid <> pg_backend_pid()`, origin); err != nil {
 			return fmt.Errorf("drop origin %q: terminate applier: %w", origin, err)
 		}
-		if err := sleep(ctx, 100*time.Millisecond); err != nil {
+		if err := ctxtime.Sleep(ctx, 100*time.Millisecond); err != nil {
 			return err
 		}
 	}
@@ -269,18 +271,6 @@ func OriginProgress(ctx context.Context, db DB, origin string) (pglogrepl.LSN, e
 		return 0, fmt.Errorf("read origin %q progress: %w", origin, err)
 	}
 	return pglogrepl.ParseLSN(*s)
-}
-
-// sleep waits d or until ctx is done.
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }
 
 // CurrentLSN returns the source's WAL insert position: every transaction

@@ -16,6 +16,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
 	"go.uber.org/zap"
+
+	"github.com/shardmover/shardmover/internal/ctxtime"
 )
 
 // StreamConfig configures a Stream.
@@ -316,7 +318,7 @@ func (s *Stream) Run(ctx context.Context) (err error) {
 			return fmt.Errorf("replication stream failing for %s: %w", time.Since(failingSince).Round(time.Second), err)
 		}
 		s.log.Warn("replication stream retrying", zap.Error(err), zap.Duration("backoff", backoff))
-		if err := sleep(ctx, backoff); err != nil {
+		if err := ctxtime.Sleep(ctx, backoff); err != nil {
 			return err
 		}
 		backoff = min(2*backoff, maxBackoff)

@@ -14,6 +14,7 @@ import (
 	"github.com/robfig/cron/v3"
 	"go.uber.org/zap"
 
+	"github.com/shardmover/shardmover/internal/ctxtime"
 	"github.com/shardmover/shardmover/metadata"
 	"github.com/shardmover/shardmover/mover"
 )
@@ -164,7 +165,7 @@ func (d *Daemon) Start(ctx context.Context) error {
 				return nil
 			}
 		}
-		if err := sleepCtx(ctx, d.cfg.Poll); err != nil {
+		if err := ctxtime.Sleep(ctx, d.cfg.Poll); err != nil {
 			return nil
 		}
 	}
@@ -213,14 +214,14 @@ func (d *Daemon) lead(ctx context.Context, lease *metadata.Lease) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		for sleepCtx(lctx, d.cfg.SweepEvery) == nil {
+		for ctxtime.Sleep(lctx, d.cfg.SweepEvery) == nil {
 			d.sweep(lctx)
 		}
 	}()
 
 	// Keep leading while the lease's connection lives.
 	for {
-		if err := sleepCtx(lctx, d.cfg.Poll); err != nil {
+		if err := ctxtime.Sleep(lctx, d.cfg.Poll); err != nil {
 			return
 		}
 		if !lease.Alive(lctx) && lctx.Err() == nil {
@@ -410,17 +411,6 @@ func nonNil[T any](s []T) []T {
 		return []T{}
 	}
 	return s
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }
 
 // cronLogger adapts zap to cron.Logger.
