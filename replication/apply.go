@@ -66,9 +66,44 @@ type prepareReq struct {
 	rel       string
 }
 
+// check is what one queued command must return. Its description is built
+// only when an error needs it, not for every change.
 type check struct {
-	what string // for error messages: "update of public.t"
-	rows int64  // an UPDATE or DELETE must affect exactly this many rows
+	label string // a fixed description ("truncate"), or:
+	s     *stmt  // the change, or the first change of a run of n
+	n     int
+	keys  [][][]byte // the first rows of a run, for the message
+	rows  int64      // an UPDATE or DELETE must affect exactly this many rows
+}
+
+// what describes the command for an error message: "update of
+// public.t with key (id)=(5)".
+func (c check) what() string {
+	if c.s == nil {
+		return c.label
+	}
+	s := c.s
+	if c.n == 0 {
+		w := kindName(s.kind) + " of " + s.rel.quoted
+		if s.oneRow {
+			w += " " + s.keyText()
+		}
+		return w
+	}
+	w := kindName(s.kind) + " of " + strconv.Itoa(c.n) + " rows of " + s.rel.quoted
+	if s.oneRow {
+		var parts []string
+		for _, row := range c.keys {
+			one := *s
+			one.values = row
+			parts = append(parts, one.keyText())
+		}
+		if c.n > len(c.keys) {
+			parts = append(parts, "...")
+		}
+		w += " " + strings.Join(parts, ", ")
+	}
+	return w
 }
 
 // applier builds units on the receive loop's goroutine. It owns no
@@ -279,10 +314,9 @@ func (a *applier) stmtName(s *stmt, key string, sql func() string, oids []uint32
 func (a *applier) queueStmt(s *stmt) {
 	name := a.stmtName(s, s.shape, s.sql, s.oids())
 	a.cur.batch.ExecPrepared(name, s.values, nil, nil)
-	c := check{what: kindName(s.kind) + " of " + s.rel.quoted}
+	c := check{s: s}
 	if s.oneRow {
 		c.rows = 1
-		c.what += " " + s.keyText()
 	}
 	a.cur.checks = append(a.cur.checks, c)
 	a.n++
@@ -329,36 +363,20 @@ func (a *applier) emitRun(r *run) {
 		return s.runSQL(func(oid uint32) string { return a.typeNames[oid] })
 	}, nil)
 	a.cur.batch.ExecPrepared(name, r.arrays(), binaryFormats(len(s.params)), nil)
-	c := check{what: kindName(s.kind) + " of " + strconv.Itoa(len(r.rows)) + " rows of " + s.rel.quoted}
+	// The run's rows are reused once it is emitted: keep the first few.
+	c := check{s: s, n: len(r.rows), keys: slices.Clone(r.rows[:min(len(r.rows), 5)])}
 	if s.oneRow {
 		c.rows = int64(len(r.rows))
-		c.what += " " + runKeys(r)
 	}
 	a.cur.checks = append(a.cur.checks, c)
 	a.n++
-}
-
-// runKeys names the first keys of a run for an error message.
-func runKeys(r *run) string {
-	const show = 5
-	var parts []string
-	for i, row := range r.rows {
-		if i == show {
-			parts = append(parts, "...")
-			break
-		}
-		s := *r.first
-		s.values = row
-		parts = append(parts, s.keyText())
-	}
-	return strings.Join(parts, ", ")
 }
 
 // truncate queues a TRUNCATE.
 func (a *applier) truncate(sql string) {
 	a.emitRuns()
 	a.begin()
-	a.queueSQL(sql, nil, nil, check{what: "truncate"})
+	a.queueSQL(sql, nil, nil, check{label: "truncate"})
 }
 
 // commit queues the origin's progress (the end LSN and commit time of the
@@ -373,7 +391,7 @@ func (a *applier) commit(ctx context.Context, end pglogrepl.LSN, commitTime time
 		a.queueSQL("SELECT pg_replication_origin_xact_setup($1, $2)",
 			[][]byte{[]byte(end.String()), []byte(commitTime.UTC().Format(time.RFC3339Nano))},
 			[]uint32{3220, 1184}, // pg_lsn, timestamptz
-			check{what: "origin progress"})
+			check{label: "origin progress"})
 		a.cur.commitTx = true
 		a.inTx = false
 	}
@@ -472,14 +490,14 @@ func (x *executor) do(ctx context.Context, u *unit) error {
 			}
 			c := u.checks[i]
 			if r.Err != nil {
-				err := fmt.Errorf("apply %s on the target: %w%s", c.what, r.Err, schemaHint(r.Err))
+				err := fmt.Errorf("apply %s on the target: %w%s", c.what(), r.Err, schemaHint(r.Err))
 				if isPermanent(r.Err) {
 					return permanent(err)
 				}
 				return err
 			}
 			if c.rows > 0 && r.CommandTag.RowsAffected() != c.rows {
-				return permanent(fmt.Errorf("%w: %s found %d rows on the target, want %d", ErrDiverged, c.what, r.CommandTag.RowsAffected(), c.rows))
+				return permanent(fmt.Errorf("%w: %s found %d rows on the target, want %d", ErrDiverged, c.what(), r.CommandTag.RowsAffected(), c.rows))
 			}
 		}
 		if err != nil {

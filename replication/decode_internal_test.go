@@ -184,3 +184,14 @@ func TestRunArraysBinary(t *testing.T) {
 	assert.Equal(t, []byte{0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 25, 0, 0, 0, 2, 0, 0, 0, 1,
 		0, 0, 0, 1, '1', 0, 0, 0, 1, '2'}, arr[0])
 }
+
+func TestCheckDescribesOnDemand(t *testing.T) {
+	r := rel('d', true)
+	del, err := deleteStmt(r, &pglogrepl.DeleteMessage{OldTuple: tuple("tnnn", "7")})
+	require.NoError(t, err)
+	assert.Equal(t, `delete of "app"."T t" with key (id)=(7)`, check{s: del}.what())
+	rows := [][][]byte{{[]byte("1")}, {[]byte("2")}}
+	assert.Equal(t, `delete of 3 rows of "app"."T t" with key (id)=(1), with key (id)=(2), ...`,
+		check{s: del, n: 3, keys: rows}.what())
+	assert.Equal(t, "truncate", check{label: "truncate"}.what())
+}
