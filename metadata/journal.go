@@ -74,6 +74,11 @@ var journalDDL = []string{
 		policy text NOT NULL,
 		created_at timestamptz NOT NULL DEFAULT now()
 	)`,
+	// cutover_epoch numbers the cutover attempts whose outcome has been
+	// settled: settling an undecided attempt bumps it under the move row's
+	// lock, and a decision carries the epoch it was prepared under, so a
+	// decision delayed past its settlement can never commit.
+	`ALTER TABLE shardmover.moves ADD COLUMN IF NOT EXISTS cutover_epoch bigint NOT NULL DEFAULT 0`,
 }
 
 // Cleanup policies.
