@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
@@ -525,10 +526,16 @@ func (x *executor) do(ctx context.Context, u *unit) error {
 	return nil
 }
 
-// loadTypeNames reads the SQL names of the built-in types, which have the
-// same OIDs on every server.
+// loadTypeNames reads the names by which the multi-row statements cast
+// values of built-in types (which have the same OIDs on every server): the
+// catalog name, schema-qualified and quoted, e.g. "pg_catalog"."bpchar".
+// Such a name carries no typmod, so the cast keeps the value whole and the
+// column's own typmod is applied by the assignment (or comparison), as for
+// the single-row statements' typed parameters. format_type(oid, NULL)
+// would not do: its "character" and "bit" are char(1) and bit(1).
 func loadTypeNames(ctx context.Context, conn *pgconn.PgConn) (map[uint32]string, error) {
-	res := conn.ExecParams(ctx, "SELECT oid::int8::text, format_type(oid, NULL) FROM pg_type WHERE oid < $1::oid",
+	res := conn.ExecParams(ctx, `SELECT t.oid::int8::text, n.nspname, t.typname
+		FROM pg_type t JOIN pg_namespace n ON n.oid = t.typnamespace WHERE t.oid < $1::oid`,
 		[][]byte{[]byte(strconv.Itoa(firstNonBuiltinOID))}, []uint32{textOID}, nil, nil).Read()
 	if res.Err != nil {
 		return nil, fmt.Errorf("read type names on the target: %w", res.Err)
@@ -539,7 +546,7 @@ func loadTypeNames(ctx context.Context, conn *pgconn.PgConn) (map[uint32]string,
 		if err != nil {
 			return nil, errors.New("read type names on the target: bad oid")
 		}
-		names[uint32(oid)] = string(row[1])
+		names[uint32(oid)] = pgx.Identifier{string(row[1]), string(row[2])}.Sanitize()
 	}
 	return names, nil
 }

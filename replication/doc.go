@@ -75,6 +75,19 @@
 //     distinct rows are regrouped into multi-row statements (INSERT ...
 //     SELECT / UPDATE ... FROM / DELETE ... USING over unnest()ed text
 //     arrays, each value still cast through its type's input function).
+//     A multi-row statement casts a value of a built-in type to the type's
+//     catalog name, schema-qualified and quoted ("pg_catalog"."bpchar",
+//     "pg_catalog"."_numeric"), which carries no typmod: the value stays
+//     whole and the column's own typmod (char(n), bit(n), numeric(p,s),
+//     timestamp(p), interval fields) is applied by the assignment, or the
+//     comparison with the key, exactly as for the single-row statements'
+//     typed parameters. Not format_type(oid, NULL): its "character" and
+//     "bit" mean char(1) and bit(1) (char(n) values were cut to one
+//     character). Not format_type(atttypid, atttypmod) with the source's
+//     typmod either: an explicit cast to char(n), varchar(n) or bit(n)
+//     truncates silently where the assignment fails, so a target column
+//     narrower than the source's would lose data instead of stopping the
+//     move.
 //     Changes of one row within the target transaction are folded into one
 //     (insert+update, update+update of the same columns, insert+delete,
 //     update+delete): only the final state is ever visible on the target.
