@@ -9,6 +9,8 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/shardmover/shardmover/internal/pgsql"
 )
 
 // DistributeOptions describes a create_distributed_table call.
@@ -24,125 +26,6 @@ type DistributeOptions struct {
 	// count and column type, as Citus's 'default' does), "none" (a new
 	// group), or the name of a distributed table.
 	ColocateWith string
-}
-
-// TableDDL is what it takes to create a copy of a table under another name.
-type TableDDL struct {
-	// Columns are column definitions (name, type, default, NOT NULL).
-	Columns []string
-	// Constraints are PRIMARY KEY, UNIQUE and CHECK constraints.
-	Constraints []ConstraintDef
-	// Indexes are CREATE INDEX statements for indexes that no constraint
-	// owns, with %s where the target table's name goes and %s for the suffix.
-	Indexes []IndexDef
-}
-
-// ConstraintDef is one table constraint.
-type ConstraintDef struct {
-	Name string
-	Def  string // pg_get_constraintdef: "PRIMARY KEY (a, b)"
-}
-
-// IndexDef is one secondary index.
-type IndexDef struct {
-	Name   string // index name on the source table
-	Unique bool
-	Body   string // everything from USING on: "USING btree (a, b) WHERE ..."
-}
-
-// CreateStatement renders CREATE TABLE for target. Constraint names get the
-// suffix (names are unique per schema, and a node holds many shards); an
-// empty suffix keeps them.
-func (d TableDDL) CreateStatement(target pgx.Identifier, suffix string) string {
-	parts := append([]string(nil), d.Columns...)
-	for _, c := range d.Constraints {
-		parts = append(parts, "CONSTRAINT "+pgx.Identifier{suffixed(c.Name, suffix)}.Sanitize()+" "+c.Def)
-	}
-	return "CREATE TABLE IF NOT EXISTS " + target.Sanitize() + " (\n\t" + strings.Join(parts, ",\n\t") + "\n)"
-}
-
-// IndexStatements renders the secondary indexes for target, named
-// <index>_<suffix> as Citus names shard indexes.
-func (d TableDDL) IndexStatements(target pgx.Identifier, suffix string) []string {
-	out := make([]string, 0, len(d.Indexes))
-	for _, ix := range d.Indexes {
-		u := ""
-		if ix.Unique {
-			u = "UNIQUE "
-		}
-		name := pgx.Identifier{suffixed(ix.Name, suffix)}.Sanitize()
-		out = append(out, "CREATE "+u+"INDEX IF NOT EXISTS "+name+" ON "+target.Sanitize()+" "+ix.Body)
-	}
-	return out
-}
-
-// suffixed is name_suffix cut to PostgreSQL's 63 bytes, or name itself when
-// suffix is empty (a moved shard keeps its names).
-func suffixed(name, suffix string) string {
-	if suffix == "" {
-		return name
-	}
-	s := name + "_" + suffix
-	if len(s) > 63 {
-		return s[:63]
-	}
-	return s
-}
-
-// ReadTableDDL reads a table's definition from the server conn points to.
-// Column defaults that call nextval() are left out: the sequence lives on
-// the coordinator only. Foreign keys are not copied.
-func ReadTableDDL(ctx context.Context, conn querier, table string) (TableDDL, error) {
-	var d TableDDL
-	rows, err := conn.Query(ctx, `SELECT quote_ident(a.attname) || ' ' || format_type(a.atttypid, a.atttypmod)
-			|| CASE WHEN a.attcollation <> t.typcollation AND a.attcollation <> 0
-				THEN ' COLLATE ' || a.attcollation::regcollation::text ELSE '' END
-			|| CASE WHEN d.adbin IS NOT NULL AND pg_get_expr(d.adbin, d.adrelid) NOT LIKE 'nextval(%'
-				THEN ' DEFAULT ' || pg_get_expr(d.adbin, d.adrelid) ELSE '' END
-			|| CASE WHEN a.attnotnull THEN ' NOT NULL' ELSE '' END
-		FROM pg_attribute a
-		JOIN pg_type t ON t.oid = a.atttypid
-		LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
-		WHERE a.attrelid = $1::regclass AND a.attnum > 0 AND NOT a.attisdropped
-		ORDER BY a.attnum`, table)
-	if err != nil {
-		return d, fmt.Errorf("read columns of %s: %w", table, err)
-	}
-	if d.Columns, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
-		return d, fmt.Errorf("read columns of %s: %w", table, err)
-	}
-	rows, err = conn.Query(ctx, `SELECT conname::text, pg_get_constraintdef(oid)
-		FROM pg_constraint WHERE conrelid = $1::regclass AND contype IN ('p', 'u', 'c')
-		ORDER BY contype DESC, conname`, table)
-	if err != nil {
-		return d, fmt.Errorf("read constraints of %s: %w", table, err)
-	}
-	if d.Constraints, err = pgx.CollectRows(rows, pgx.RowToStructByPos[ConstraintDef]); err != nil {
-		return d, fmt.Errorf("read constraints of %s: %w", table, err)
-	}
-	rows, err = conn.Query(ctx, `SELECT ic.relname, i.indisunique, pg_get_indexdef(i.indexrelid)
-		FROM pg_index i JOIN pg_class ic ON ic.oid = i.indexrelid
-		WHERE i.indrelid = $1::regclass
-		  AND NOT EXISTS (SELECT 1 FROM pg_constraint c WHERE c.conindid = i.indexrelid AND c.conrelid = i.indrelid)
-		ORDER BY ic.relname`, table)
-	if err != nil {
-		return d, fmt.Errorf("read indexes of %s: %w", table, err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var ix IndexDef
-		var def string
-		if err := rows.Scan(&ix.Name, &ix.Unique, &def); err != nil {
-			return d, err
-		}
-		at := strings.Index(def, " USING ")
-		if at < 0 {
-			return d, fmt.Errorf("index %s of %s: unexpected definition %q", ix.Name, table, def)
-		}
-		ix.Body = def[at+1:]
-		d.Indexes = append(d.Indexes, ix)
-	}
-	return d, rows.Err()
 }
 
 // CreateDistributedTable distributes an existing, empty coordinator table by
@@ -280,7 +163,7 @@ func (c *Catalog) CreateDistributedTable(ctx context.Context, opts DistributeOpt
 		}
 	}
 
-	ddl, err := ReadTableDDL(ctx, c.pool, qualified)
+	ddl, err := ReadTableDDL(ctx, c.pool, pgx.Identifier{schema, rel})
 	if err != nil {
 		return Table{}, err
 	}
@@ -306,7 +189,7 @@ func (c *Catalog) CreateDistributedTable(ctx context.Context, opts DistributeOpt
 				continue
 			}
 			for _, id := range idents {
-				_, _ = conn.Exec(ctx, "DROP TABLE IF EXISTS "+id.Sanitize())
+				_, _ = pgsql.ExecOne(ctx, conn, "DROP TABLE IF EXISTS "+id.Sanitize())
 			}
 			conn.Close(ctx)
 		}
@@ -374,25 +257,24 @@ func (c *Catalog) createShardTables(ctx context.Context, n Node, schema, rel str
 		return err
 	}
 	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+pgx.Identifier{schema}.Sanitize()); err != nil {
+	if err := RunDDL(ctx, conn, "CREATE SCHEMA IF NOT EXISTS "+pgx.Identifier{schema}.Sanitize()); err != nil {
 		return fmt.Errorf("create schema on %s: %w", n.Addr(), err)
 	}
 	for _, i := range idx {
 		id := strconv.FormatInt(ids[i], 10)
 		target := pgx.Identifier{schema, rel + "_" + id}
 		var exists bool
-		if err := conn.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", target.Sanitize()).Scan(&exists); err != nil {
+		if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+			WHERE n.nspname = $1 AND c.relname = $2)`, target[0], target[1]).Scan(&exists); err != nil {
 			return err
 		}
 		if exists {
 			return invalidf("shard table %s already exists on %s; drop it or check the catalogs", target.Sanitize(), n.Addr())
 		}
 		created[n.GroupID] = append(created[n.GroupID], target)
-		stmts := append([]string{ddl.CreateStatement(target, id)}, ddl.IndexStatements(target, id)...)
-		for _, s := range stmts {
-			if _, err := conn.Exec(ctx, s); err != nil {
-				return fmt.Errorf("create shard %s on %s: %w", target.Sanitize(), n.Addr(), err)
-			}
+		stmts := append([]string{ddl.CreateStatement(target, id, NewShard)}, ddl.IndexStatements(target, id)...)
+		if err := RunDDL(ctx, conn, stmts...); err != nil {
+			return fmt.Errorf("create shard %s on %s: %w", target.Sanitize(), n.Addr(), err)
 		}
 	}
 	return nil

@@ -269,17 +269,16 @@ func (r *run) setup(ctx context.Context, m metadata.Move) error {
 	}
 	defer closeBoth(ctx, src, dst)
 	for _, t := range shardIdents(m) {
-		ddl, err := metadata.ReadTableDDL(ctx, src, t.Sanitize())
+		ddl, err := metadata.ReadTableDDL(ctx, src, t)
 		if err != nil {
 			return err
 		}
 		if err := r.e.cat.AddCleanup(ctx, m.ID, m.TargetGroup, "table", t[0]+"."+t[1], metadata.CleanupOnFailure); err != nil {
 			return err
 		}
-		if _, err := dst.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+pgx.Identifier{t[0]}.Sanitize()); err != nil {
-			return err
-		}
-		if _, err := dst.Exec(ctx, ddl.CreateStatement(t, "")); err != nil {
+		// Identity columns are BY DEFAULT until the cutover's FinishStatements.
+		if err := metadata.RunDDL(ctx, dst, "CREATE SCHEMA IF NOT EXISTS "+pgx.Identifier{t[0]}.Sanitize(),
+			ddl.CreateStatement(t, "", metadata.MoveTarget)); err != nil {
 			return fmt.Errorf("create %s on %s: %w", t.Sanitize(), r.target.Addr(), err)
 		}
 	}
@@ -348,17 +347,14 @@ func (r *run) index(ctx context.Context, m metadata.Move) error {
 	}
 	defer closeBoth(ctx, src, dst)
 	for _, t := range shardIdents(m) {
-		ddl, err := metadata.ReadTableDDL(ctx, src, t.Sanitize())
+		ddl, err := metadata.ReadTableDDL(ctx, src, t)
 		if err != nil {
 			return err
 		}
-		for _, stmt := range ddl.IndexStatements(t, "") {
-			if _, err := dst.Exec(ctx, stmt); err != nil {
-				return fmt.Errorf("build index on %s: %w", r.target.Addr(), err)
-			}
-		}
-		if _, err := dst.Exec(ctx, "ANALYZE "+t.Sanitize()); err != nil {
-			return err
+		// Indexes, NOT VALID constraints and the replica identity, then
+		// ANALYZE: each without statement_timeout, one statement at a time.
+		if err := metadata.RunDDL(ctx, dst, append(ddl.IndexStatements(t, ""), "ANALYZE "+t.Sanitize())...); err != nil {
+			return fmt.Errorf("build indexes of %s on %s: %w", t.Sanitize(), r.target.Addr(), err)
 		}
 	}
 	return r.transition(ctx, m, Indexing, CatchingUp, "indexes built")
