@@ -24,6 +24,28 @@
 //     other parameter from the coordinator's connection string, overridable
 //     with NodeConninfo. Errors and logs name nodes by host:port only; no
 //     password or full connection string is ever printed.
+//   - Table DDL (ddl.go) is built from catalog parts: ReadTableDDL resolves
+//     a table by schema and name (a pgx.Identifier, never dotted text) and
+//     reads columns (type with typmod, collation, NOT NULL, default, stored
+//     generated expression, identity with its sequence options and
+//     position), PRIMARY KEY, UNIQUE, CHECK and EXCLUDE constraints (whole
+//     pg_get_constraintdef output), indexes no constraint owns (the text of
+//     pg_get_indexdef after an exact prefix built from quote_ident of the
+//     names, refused when it does not start so; never a search in the text)
+//     and the replica identity, in one batch with an empty search_path so
+//     names outside pg_catalog come qualified. Foreign keys, triggers,
+//     policies, grants, invalid indexes and defaults that read a sequence
+//     are not copied. RunDDL runs each statement through pgsql.ExecOne in a
+//     transaction of its own with SET LOCAL statement_timeout = 0, so a
+//     crafted name can never start a second statement and a node's
+//     statement_timeout cannot kill an index build. A move target's identity
+//     columns are BY DEFAULT until the cutover runs FinishStatements (the
+//     source's kind and sequence position, read under its lock); Diff, run
+//     by the cutover on both definitions, ignores only that kind and the
+//     positions. A new shard's constraint and index names are
+//     <name>_<shardid>; when that is longer than 63 bytes, the name is cut
+//     on a UTF-8 boundary and a hash of the whole name goes before the
+//     suffix, so names stay valid and distinct.
 //   - On compat clusters a statement trigger on the node catalog NOTIFYs
 //     NodeChannel; WatchNodes turns that into wake-ups (never on Citus,
 //     whose catalog is not ours: callers poll as well).
