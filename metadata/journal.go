@@ -79,6 +79,8 @@ var journalDDL = []string{
 	// lock, and a decision carries the epoch it was prepared under, so a
 	// decision delayed past its settlement can never commit.
 	`ALTER TABLE shardmover.moves ADD COLUMN IF NOT EXISTS cutover_epoch bigint NOT NULL DEFAULT 0`,
+	// The epoch of the daemon leadership that created or last adopted the job (metadata/leader.go); 0: not a daemon's.
+	`ALTER TABLE shardmover.jobs ADD COLUMN IF NOT EXISTS leader_epoch bigint NOT NULL DEFAULT 0`,
 }
 
 // Cleanup policies.
