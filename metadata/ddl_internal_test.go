@@ -9,8 +9,9 @@ import (
 )
 
 // TestSuffixedNamesAreValidAndUnique: a suffixed name never exceeds 63
-// bytes, never splits a UTF-8 character, and two long names that share
-// their first 63 bytes stay different.
+// bytes, never splits a UTF-8 character, keeps its whole suffix, and stays
+// unique: two shards of one index (102008, 102009: a plain cut made both
+// "<name>_1") and two long names that share a prefix get different names.
 func TestSuffixedNamesAreValidAndUnique(t *testing.T) {
 	assert.Equal(t, "ix_102008", suffixed("ix", "102008"))
 	assert.Equal(t, "ix", suffixed("ix", ""))
@@ -23,7 +24,7 @@ func TestSuffixedNamesAreValidAndUnique(t *testing.T) {
 		strings.Repeat("x", 55) + "€€",
 		"a" + strings.Repeat("€", 20),
 	} {
-		for _, suffix := range []string{"1", "102008", "9223372036854775807"} {
+		for _, suffix := range []string{"1", "102008", "102009", "9223372036854775807"} {
 			s := suffixed(name, suffix)
 			assert.LessOrEqual(t, len(s), 63, s)
 			assert.True(t, utf8.ValidString(s), "%q", s)
