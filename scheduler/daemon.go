@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
+	"slices"
 	"sync"
 	"time"
 
@@ -30,7 +32,8 @@ type DaemonConfig struct {
 	// Poll is how often the node catalog is read, and how often a standby tries
 	// to become leader.
 	Poll time.Duration
-	// Schedules are cron expressions (5 fields, or 6 with seconds).
+	// Schedules are cron expressions (5 fields, or 6 with seconds), or
+	// descriptors (@daily, @every 1h); see ScheduleHelp.
 	Schedules []string
 	// Timezone names the schedules' zone (IANA name); empty is local time.
 	Timezone string
@@ -53,22 +56,98 @@ func DefaultDaemonConfig() DaemonConfig {
 }
 
 // Daemon keeps a cluster balanced: one leader per cluster (a session
-// advisory lock on the coordinator) watches for added nodes, runs cron
-// schedules and resumes unfinished jobs; every daemon serves HTTP.
+// advisory lock on the coordinator, with an epoch as fencing token) watches
+// for added nodes, runs cron schedules and resumes unfinished jobs; every
+// daemon serves HTTP and refreshes its metrics from the journal.
 type Daemon struct {
-	cfg     DaemonConfig
-	cat     *metadata.Catalog
-	log     *zap.Logger
-	metrics *Metrics
-	runner  *Runner
-	loc     *time.Location
-	ln      net.Listener
+	cfg       DaemonConfig
+	cat       *metadata.Catalog
+	log       *zap.Logger
+	metrics   *Metrics
+	runner    *Runner
+	loc       *time.Location
+	schedules []cron.Schedule
+	ln        net.Listener
+	holder    string
 
 	mu       sync.Mutex
-	leader   bool
+	state    LeaderState
+	term     *metadata.Leadership
+	record   *metadata.LeaderRecord // the journal's leader row, as last read
+	phases   map[string]int64       // moves by phase, as last read
 	lastErr  string
 	lastPlan time.Time
-	running  sync.Mutex // held while a rebalance runs
+	running  sync.Mutex // held while a rebalance or a resumed job runs
+}
+
+// LeaderState is where a daemon stands in the election.
+type LeaderState int
+
+const (
+	// Standby: the daemon does not lead; it serves HTTP and competes for
+	// the leader lock every Poll.
+	Standby LeaderState = iota
+	// Leading: the daemon holds the leader lock and its epoch is current.
+	Leading
+	// Lost: the daemon lost the leader lock and is stopping its leader
+	// loops (a cutover in progress finishes first); it then competes again.
+	Lost
+)
+
+func (s LeaderState) String() string {
+	switch s {
+	case Leading:
+		return "leader"
+	case Lost:
+		return "lost"
+	}
+	return "standby"
+}
+
+// Validate checks the configuration without connecting anywhere: the
+// numbers, the time zone and every schedule (never-firing and sub-second
+// schedules are refused). Errors match metadata.ErrInvalid and name the
+// flag at fault.
+func (cfg DaemonConfig) Validate() error {
+	_, _, err := cfg.check()
+	return err
+}
+
+func (cfg DaemonConfig) check() (*time.Location, []cron.Schedule, error) {
+	if cfg.KeepOldFor < 0 {
+		return nil, nil, invalidf("--keep-old-for must not be negative, got %s", cfg.KeepOldFor)
+	}
+	if cfg.Settle < 0 {
+		return nil, nil, invalidf("--settle must not be negative, got %s", cfg.Settle)
+	}
+	if cfg.Poll < 0 {
+		return nil, nil, invalidf("--poll must not be negative, got %s", cfg.Poll)
+	}
+	if cfg.Limits.Concurrency < 1 {
+		return nil, nil, invalidf("--concurrency must be at least 1, got %d", cfg.Limits.Concurrency)
+	}
+	if cfg.Limits.PerNode < 1 {
+		return nil, nil, invalidf("--per-node must be at least 1, got %d", cfg.Limits.PerNode)
+	}
+	loc := time.Local
+	if cfg.Timezone != "" {
+		var err error
+		if loc, err = time.LoadLocation(cfg.Timezone); err != nil {
+			return nil, nil, invalidf("--timezone %q is not a known time zone (use an IANA name such as Europe/Berlin or UTC)", cfg.Timezone)
+		}
+	}
+	var scheds []cron.Schedule
+	for _, spec := range cfg.Schedules {
+		s, err := ParseSchedule(spec, loc, time.Now())
+		if err != nil {
+			return nil, nil, err
+		}
+		scheds = append(scheds, s)
+	}
+	if _, err := BuildInput(metadata.Status{SchemaVersion: 1}, cfg.Plan); err != nil {
+		return nil, nil, err
+	}
+	return loc, scheds, nil
 }
 
 // NewDaemon checks the configuration and binds the HTTP port. Errors match
@@ -83,44 +162,21 @@ func NewDaemon(cfg DaemonConfig, cat *metadata.Catalog) (*Daemon, error) {
 	if cfg.SweepEvery <= 0 {
 		cfg.SweepEvery = time.Minute
 	}
-	if cfg.KeepOldFor < 0 {
-		return nil, invalidf("--keep-old-for must not be negative, got %s", cfg.KeepOldFor)
-	}
-	if cfg.Settle < 0 {
-		return nil, invalidf("--settle must not be negative, got %s", cfg.Settle)
-	}
-	if cfg.Limits.Concurrency < 1 {
-		return nil, invalidf("--concurrency must be at least 1, got %d", cfg.Limits.Concurrency)
-	}
-	if cfg.Limits.PerNode < 1 {
-		return nil, invalidf("--per-node must be at least 1, got %d", cfg.Limits.PerNode)
-	}
-	loc := time.Local
-	if cfg.Timezone != "" {
-		var err error
-		if loc, err = time.LoadLocation(cfg.Timezone); err != nil {
-			return nil, invalidf("--timezone %q is not a known time zone (use an IANA name such as Europe/Berlin or UTC)", cfg.Timezone)
-		}
-	}
-	for _, spec := range cfg.Schedules {
-		if _, err := cronParser.Parse(spec); err != nil {
-			return nil, invalidf("--schedule %q is not a cron expression (%v); write 5 fields like \"0 3 * * *\", or 6 with seconds first", spec, err)
-		}
-	}
-	if _, err := BuildInput(metadata.Status{SchemaVersion: 1}, cfg.Plan); err != nil {
+	loc, scheds, err := cfg.check()
+	if err != nil {
 		return nil, err
 	}
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return nil, invalidf("--listen %s cannot be used (%v); pick a free address", cfg.Listen, errors.Unwrap(err))
 	}
+	host, _ := os.Hostname()
 	m := NewMetrics()
-	d := &Daemon{cfg: cfg, cat: cat, log: cfg.Mover.Logger, metrics: m, loc: loc, ln: ln}
+	d := &Daemon{cfg: cfg, cat: cat, log: cfg.Mover.Logger, metrics: m, loc: loc, schedules: scheds, ln: ln,
+		holder: fmt.Sprintf("%s pid %d http %s", host, os.Getpid(), ln.Addr())}
 	d.runner = NewRunner(cat, cfg.Mover, m)
 	return d, nil
 }
-
-var cronParser = cron.NewParser(cron.SecondOptional | cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
 
 // Addr is the HTTP address the daemon listens on.
 func (d *Daemon) Addr() string { return d.ln.Addr().String() }
@@ -129,38 +185,72 @@ func (d *Daemon) Addr() string { return d.ln.Addr().String() }
 func (d *Daemon) Metrics() *Metrics { return d.metrics }
 
 // IsLeader reports whether this daemon leads.
-func (d *Daemon) IsLeader() bool {
+func (d *Daemon) IsLeader() bool { return d.State() == Leading }
+
+// State reports where the daemon stands in the election.
+func (d *Daemon) State() LeaderState {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return d.leader
+	return d.state
 }
 
-// Start serves HTTP and, while it holds the leader lock, does the leader's
-// work. It blocks until ctx is done, then stops cleanly: moves before their
-// cutover decision stop where they are (resumable), a cutover in progress
-// finishes.
+// Epoch is the epoch of the daemon's current term as leader, 0 when it
+// does not lead.
+func (d *Daemon) Epoch() int64 {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.term == nil || d.state != Leading {
+		return 0
+	}
+	return d.term.Epoch
+}
+
+// checkTimeout bounds one check of the leader lock, and every other
+// coordinator round trip of the daemon's own loops: a leader cut off from
+// the coordinator steps down within Poll + checkTimeout.
+func (d *Daemon) checkTimeout() time.Duration {
+	return min(max(5*d.cfg.Poll, 2*time.Second), 10*time.Second)
+}
+
+// Start serves HTTP, refreshes the metrics from the journal and, while it
+// holds the leader lock, does the leader's work; when it loses the lock it
+// stops the leader's loops, reports leader 0 and competes again. It blocks
+// until ctx is done, then stops cleanly: moves before their cutover
+// decision stop where they are (resumable), a cutover in progress finishes.
 func (d *Daemon) Start(ctx context.Context) error {
 	srv := &http.Server{Handler: d.mux(), ReadHeaderTimeout: 5 * time.Second}
 	httpDone := make(chan error, 1)
 	go func() { httpDone <- srv.Serve(d.ln) }()
+	var bg sync.WaitGroup
 	defer func() {
+		bg.Wait()
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		_ = srv.Shutdown(sctx)
 		<-httpDone
 	}()
-	d.log.Info("daemon started", zap.String("listen", d.Addr()))
+	bg.Add(1)
+	go func() {
+		defer bg.Done()
+		d.refreshLoop(ctx)
+	}()
+	d.log.Info("daemon started", zap.String("listen", d.Addr()), zap.String("holder", d.holder))
+	var lastWarn time.Time
 	for {
-		lease, ok, err := d.cat.TryLock(ctx, metadata.LockLeader, 1)
+		term, err := d.elect(ctx)
 		switch {
 		case ctx.Err() != nil:
 			return nil
 		case err != nil:
 			d.setErr(err)
-			d.log.Warn("leader election failed", zap.Error(err))
-		case ok:
-			d.lead(ctx, lease)
-			lease.Release(context.WithoutCancel(ctx))
+			// Once per 30s while the coordinator stays unreachable.
+			if time.Since(lastWarn) >= 30*time.Second {
+				lastWarn = time.Now()
+				d.log.Warn("leader election failed: cannot take or record the leader lock on the coordinator; trying again every poll", zap.Error(err))
+			}
+		case term != nil:
+			lastWarn = time.Time{}
+			d.lead(ctx, term)
 			if ctx.Err() != nil {
 				return nil
 			}
@@ -171,43 +261,59 @@ func (d *Daemon) Start(ctx context.Context) error {
 	}
 }
 
-// lead runs the leader's loops until ctx ends or the lease is lost.
-func (d *Daemon) lead(ctx context.Context, lease *metadata.Lease) {
-	d.setLeader(true)
-	defer d.setLeader(false)
-	d.log.Info("became leader")
-	lctx, cancel := context.WithCancel(ctx)
+// elect tries the leader lock once; on success it starts a term (a new
+// epoch). It returns nil, nil when another daemon leads.
+func (d *Daemon) elect(ctx context.Context) (*metadata.Leadership, error) {
+	ectx, cancel := context.WithTimeout(ctx, max(d.checkTimeout(), 10*time.Second))
 	defer cancel()
-	var wg sync.WaitGroup
-	defer wg.Wait()
+	lease, ok, err := d.cat.TryLeaderLock(ectx)
+	if err != nil || !ok {
+		return nil, err
+	}
+	term, err := d.cat.TakeLeadership(ectx, lease, d.holder)
+	if err != nil {
+		rctx, rcancel := context.WithTimeout(context.Background(), 2*time.Second)
+		lease.Release(rctx)
+		rcancel()
+		return nil, err
+	}
+	return term, nil
+}
 
-	// Unfinished jobs first: a leader that died mid-job left them.
+// lead runs the leader's loops until ctx ends or the lock is lost, then
+// stops every one of them before it returns.
+func (d *Daemon) lead(ctx context.Context, term *metadata.Leadership) {
+	log := d.log.With(zap.Int64("epoch", term.Epoch))
+	d.setState(Leading, term)
+	log.Info("became leader", zap.String("holder", term.Holder), zap.Uint32("lock_pid", term.PID()))
+	lctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+
+	// Unfinished jobs first: a leader that died or lost its lock mid-job
+	// left them. The first pass holds the rebalance slot from here, so no
+	// trigger plans before it.
+	d.running.Lock()
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		d.running.Lock()
-		defer d.running.Unlock()
-		if err := d.runner.Resume(lctx, d.cfg.Limits); err != nil && lctx.Err() == nil {
-			d.setErr(err)
-			d.log.Warn("resume unfinished jobs", zap.Error(err))
-		}
+		d.jobs(lctx, term, log)
 	}()
 
-	c := cron.New(cron.WithParser(cronParser), cron.WithLocation(d.loc),
-		cron.WithChain(cron.Recover(cronLogger{d.log}), cron.SkipIfStillRunning(cronLogger{d.log})))
-	for _, spec := range d.cfg.Schedules {
-		spec := spec
-		if _, err := c.AddFunc(spec, func() { d.trigger(lctx, "cron", false) }); err != nil {
-			d.log.Error("add schedule", zap.String("schedule", spec), zap.Error(err))
-		}
+	c := cron.New(cron.WithLocation(d.loc))
+	for i, sched := range d.schedules {
+		spec := d.cfg.Schedules[i]
+		l := cronLogger{log.With(zap.String("schedule", spec))}
+		job := cron.NewChain(cron.Recover(l), cron.SkipIfStillRunning(l)).Then(cron.FuncJob(func() {
+			d.trigger(lctx, term, "cron", false)
+		}))
+		c.Schedule(sched, job)
 	}
 	c.Start()
-	defer func() { <-c.Stop().Done() }()
 
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		d.watch(lctx)
+		d.watch(lctx, term, log)
 	}()
 
 	// Drop old shards past their grace period, and leftovers, regularly.
@@ -215,26 +321,98 @@ func (d *Daemon) lead(ctx context.Context, lease *metadata.Lease) {
 	go func() {
 		defer wg.Done()
 		for ctxtime.Sleep(lctx, d.cfg.SweepEvery) == nil {
-			d.sweep(lctx)
+			d.sweep(lctx, log)
 		}
 	}()
 
-	// Keep leading while the lease's connection lives.
+	// Keep leading while the lock's session holds it and the epoch is ours.
+	if err := d.heartbeat(lctx, term); err != nil {
+		d.setState(Lost, term)
+		d.setErr(err)
+		log.Warn("lost the leader lock: stepping down", zap.Error(err))
+	}
+	cancel()
+	stopped := make(chan struct{})
+	go func() {
+		<-c.Stop().Done()
+		wg.Wait()
+		close(stopped)
+	}()
+	select {
+	case <-stopped:
+	case <-time.After(10 * time.Second):
+		log.Warn("the leader's loops are still stopping (a cutover in progress finishes first)")
+		<-stopped
+	}
+	rctx, rcancel := context.WithTimeout(context.Background(), 2*time.Second)
+	term.Release(rctx)
+	rcancel()
+	d.setState(Standby, nil)
+	log.Info("stopped leading: every leader loop has stopped")
+}
+
+// heartbeat checks the leader lock every Poll, each check bounded by
+// checkTimeout. It returns nil when ctx ends, and why when the lock or the
+// epoch is lost.
+func (d *Daemon) heartbeat(ctx context.Context, term *metadata.Leadership) error {
 	for {
-		if err := ctxtime.Sleep(lctx, d.cfg.Poll); err != nil {
-			return
+		if err := ctxtime.Sleep(ctx, d.cfg.Poll); err != nil {
+			return nil
 		}
-		if !lease.Alive(lctx) && lctx.Err() == nil {
-			d.log.Warn("lost the leader lock")
-			return
+		cctx, cancel := context.WithTimeout(ctx, d.checkTimeout())
+		err := d.cat.CheckLeadership(cctx, term)
+		cancel()
+		if ctx.Err() != nil {
+			return nil
 		}
-		_ = d.metrics.refreshPhases(lctx, d.cat)
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// jobKinds are the jobs a leader resumes.
+var jobKinds = []string{"rebalance", "drain", "move"}
+
+// jobs resumes unfinished jobs: at the start of the term every one (it
+// adopts them: they carry this term's epoch from then on), and while it
+// leads the ones of this term that stopped early (a mover's connection
+// failed, a worker restarted), with backoff. The caller holds d.running for
+// the first pass.
+func (d *Daemon) jobs(ctx context.Context, term *metadata.Leadership, log *zap.Logger) {
+	adoptAll, held := true, true
+	var backoff time.Duration
+	for {
+		if !held {
+			if err := ctxtime.Sleep(ctx, max(d.cfg.Poll, backoff)); err != nil {
+				return
+			}
+			if !d.running.TryLock() {
+				continue
+			}
+		}
+		held = false
+		done, err := d.runner.resumeAs(ctx, term, !adoptAll, d.cfg.Limits)
+		d.running.Unlock()
+		switch {
+		case ctx.Err() != nil:
+			return
+		case err != nil:
+			backoff = min(max(2*backoff, time.Second), time.Minute)
+			d.setErr(err)
+			log.Warn("unfinished jobs did not run to the end; retrying", zap.Duration("retry_in", backoff), zap.Error(err))
+		default:
+			backoff = 0
+		}
+		if done {
+			adoptAll = false
+		}
 	}
 }
 
 // sweep runs the cleanup of finished moves, never during a rebalance (whose
 // moves own their artifacts anyway).
-func (d *Daemon) sweep(ctx context.Context) {
+func (d *Daemon) sweep(ctx context.Context, log *zap.Logger) {
 	if !d.running.TryLock() {
 		return
 	}
@@ -242,20 +420,24 @@ func (d *Daemon) sweep(ctx context.Context) {
 	rep, err := d.runner.Engine().Sweep(ctx, mover.SweepOptions{KeepOldFor: d.cfg.KeepOldFor})
 	if err != nil {
 		if ctx.Err() == nil {
-			d.log.Warn("cleanup failed", zap.Error(err))
+			log.Warn("cleanup sweep of finished moves failed", zap.Error(err))
 		}
 		return
 	}
 	for _, it := range rep.Dropped {
-		d.log.Info("cleaned up", zap.String("object", it.Object), zap.String("name", it.Name), zap.String("node", it.Node), zap.String("why", it.Why))
+		log.Info("cleanup sweep dropped a leftover of a finished move", zap.String("object", it.Object), zap.String("name", it.Name),
+			zap.String("node", it.Node), zap.String("why", it.Why))
 	}
 }
 
 // watch reads the node catalog (through metadata) every Poll, and at once
 // when the coordinator announces a change (compat clusters); a node added,
 // reactivated or given shouldhaveshards starts the settle timer, and when
-// the cluster has been quiet for Settle a rebalance runs.
-func (d *Daemon) watch(ctx context.Context) {
+// the cluster has been quiet for Settle a rebalance runs. It starts from
+// the nodes the last leader accounted for (recorded in the journal), not
+// from what it sees first, so a node added while no daemon led counts as
+// added; it records the nodes again whenever no rebalance is owed.
+func (d *Daemon) watch(ctx context.Context, term *metadata.Leadership, log *zap.Logger) {
 	notes := d.cat.WatchNodes(ctx)
 	var due time.Time
 	wait := func() error {
@@ -273,35 +455,105 @@ func (d *Daemon) watch(ctx context.Context) {
 		}
 		return nil
 	}
-	seen, err := d.nodeStates(ctx)
-	for err != nil {
-		if wait() != nil {
-			return
-		}
-		seen, err = d.nodeStates(ctx)
-	}
-	for {
-		if wait() != nil {
-			return
-		}
-		now, err := d.nodeStates(ctx)
+	read := func() (map[int32]nodeState, []int32, bool, error) {
+		rctx, cancel := context.WithTimeout(ctx, d.checkTimeout())
+		defer cancel()
+		now, err := d.nodeStates(rctx)
 		if err != nil {
-			d.setErr(err)
+			return nil, nil, false, err
+		}
+		rec, ok, err := d.cat.NodesSeen(rctx)
+		return now, rec, ok, err
+	}
+	var (
+		seen      map[int32]nodeState
+		recorded  []int32 // what the journal says was accounted for
+		owed      bool
+		backoff   time.Duration
+		firstRead = true
+	)
+	for {
+		if !firstRead {
+			if wait() != nil {
+				return
+			}
+		}
+		now, rec, ok, err := read()
+		if err != nil {
+			if ctx.Err() == nil {
+				d.setErr(err)
+				log.Warn("node watch cannot read the node catalog; trying again", zap.Error(err))
+			}
+			if firstRead && wait() != nil {
+				return
+			}
 			continue
+		}
+		if firstRead {
+			firstRead = false
+			recorded = rec
+			if ok {
+				seen = map[int32]nodeState{}
+				for _, id := range rec {
+					seen[id] = nodeState{usable: true}
+				}
+			} else {
+				seen = now
+			}
 		}
 		for id, st := range now {
 			old, known := seen[id]
-			if !known || (st.usable && !old.usable) {
-				d.log.Info("node added or reactivated", zap.String("node", st.addr), zap.Duration("settle", d.cfg.Settle))
-				due = time.Now().Add(d.cfg.Settle)
+			if st.usable && (!known || !old.usable) {
+				log.Info("node added or reactivated: rebalancing after the settle period", zap.String("node", st.addr),
+					zap.Duration("settle", d.cfg.Settle))
+				due, owed, backoff = time.Now().Add(d.cfg.Settle), true, 0
 			}
 		}
 		seen = now
-		if !due.IsZero() && !time.Now().Before(due) {
-			due = time.Time{}
-			d.trigger(ctx, "node_added", true)
+		if owed && !time.Now().Before(due) {
+			accounted := usableIDs(seen)
+			if d.trigger(ctx, term, "node_added", true) {
+				owed, due = false, time.Time{}
+				d.recordNodes(ctx, term, accounted, &recorded, log)
+			} else if ctx.Err() == nil {
+				backoff = min(max(2*backoff, d.cfg.Settle, time.Second), 5*time.Minute)
+				due = time.Now().Add(backoff)
+				log.Warn("rebalance for an added node did not finish; trying again", zap.Duration("retry_in", backoff))
+			}
+			continue
+		}
+		if !owed {
+			d.recordNodes(ctx, term, usableIDs(seen), &recorded, log)
 		}
 	}
+}
+
+// recordNodes records the usable nodes the leader has accounted for, when
+// they differ from what is recorded.
+func (d *Daemon) recordNodes(ctx context.Context, term *metadata.Leadership, ids []int32, recorded *[]int32, log *zap.Logger) {
+	if *recorded != nil && slices.Equal(ids, *recorded) {
+		return
+	}
+	rctx, cancel := context.WithTimeout(ctx, d.checkTimeout())
+	defer cancel()
+	if err := d.cat.RecordNodesSeen(rctx, term, ids); err != nil {
+		if ctx.Err() == nil {
+			log.Warn("node watch cannot record the nodes it has accounted for", zap.Error(err))
+		}
+		return
+	}
+	*recorded = ids
+}
+
+func usableIDs(m map[int32]nodeState) []int32 {
+	ids := []int32{}
+	for id, st := range m {
+		if st.usable {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	return ids
 }
 
 type nodeState struct {
@@ -316,49 +568,65 @@ func (d *Daemon) nodeStates(ctx context.Context) (map[int32]nodeState, error) {
 	}
 	out := map[int32]nodeState{}
 	for _, n := range nodes {
+		if n.IsCoordinator() {
+			continue
+		}
 		out[n.ID] = nodeState{addr: n.Addr(), usable: n.IsActive && n.ShouldHaveShards}
 	}
 	return out, nil
 }
 
 // trigger plans from fresh metadata and runs a rebalance when the plan has
-// moves. A trigger while a rebalance runs waits for it when wait is set
-// (a node was added: the running job did not plan for it), and is skipped
-// otherwise (cron).
-func (d *Daemon) trigger(ctx context.Context, source string, wait bool) {
+// moves; the job is recorded only while term is current. A trigger while a
+// rebalance runs waits for it when wait is set (a node was added: the
+// running job did not plan for it), and is skipped otherwise (cron). It
+// reports whether the cluster ended as planned (balanced, or the job done).
+func (d *Daemon) trigger(ctx context.Context, term *metadata.Leadership, source string, wait bool) bool {
+	log := d.log.With(zap.Int64("epoch", term.Epoch), zap.String("source", source))
 	d.metrics.Triggers.WithLabelValues(source).Inc()
 	if wait {
 		d.running.Lock()
 	} else if !d.running.TryLock() {
-		d.log.Info("rebalance still running: trigger skipped", zap.String("source", source))
-		return
+		log.Info("rebalance trigger skipped: a rebalance or a resumed job is still running")
+		return false
 	}
 	defer d.running.Unlock()
 	if ctx.Err() != nil {
-		return
+		return false
 	}
-	d.log.Info("rebalance triggered", zap.String("source", source))
-	out, err := d.runner.Run(ctx, JobRequest{Kind: "rebalance", Plan: d.cfg.Plan, Limits: d.cfg.Limits})
+	log.Info("rebalance triggered")
+	out, err := d.runner.Run(ctx, JobRequest{Kind: "rebalance", Plan: d.cfg.Plan, Limits: d.cfg.Limits, Fence: term})
 	d.mu.Lock()
 	d.lastPlan = time.Now()
 	d.mu.Unlock()
 	switch {
 	case err != nil && ctx.Err() == nil:
 		d.setErr(err)
-		d.log.Warn("rebalance failed", zap.String("source", source), zap.Error(err))
+		log.Warn("rebalance failed", zap.Error(err))
 	case out.Job == nil && err == nil:
-		d.log.Info("already balanced: nothing to do", zap.String("source", source))
+		log.Info("rebalance trigger found the cluster balanced: nothing to do")
 	}
+	return err == nil
 }
 
-func (d *Daemon) setLeader(v bool) {
+func (d *Daemon) setState(s LeaderState, term *metadata.Leadership) {
 	d.mu.Lock()
-	d.leader = v
+	was := d.state
+	d.state = s
+	if term != nil {
+		d.term = term
+	}
+	if s == Standby {
+		d.term = nil
+	}
 	d.mu.Unlock()
-	if v {
+	if s == Leading {
 		d.metrics.Leader.Set(1)
 	} else {
 		d.metrics.Leader.Set(0)
+	}
+	if (was == Leading) != (s == Leading) {
+		d.metrics.LeaderChanges.Inc()
 	}
 }
 
@@ -366,6 +634,48 @@ func (d *Daemon) setErr(err error) {
 	d.mu.Lock()
 	d.lastErr = err.Error()
 	d.mu.Unlock()
+}
+
+// refreshLoop reads, every Poll and whether or not this daemon leads, the
+// moves by phase and the leader row from the journal, for /metrics and
+// /status.
+func (d *Daemon) refreshLoop(ctx context.Context) {
+	for {
+		rctx, cancel := context.WithTimeout(ctx, d.checkTimeout())
+		phases, perr := d.cat.MovesByPhase(rctx)
+		rec, ok, rerr := d.cat.CurrentLeader(rctx)
+		cancel()
+		if perr == nil {
+			d.metrics.setPhases(phases)
+		}
+		d.mu.Lock()
+		if perr == nil {
+			d.phases = phases
+		}
+		if rerr == nil {
+			d.record = nil
+			if ok {
+				d.record = &rec
+				d.metrics.Epoch.Set(float64(rec.Epoch))
+			}
+		}
+		d.mu.Unlock()
+		if err := ctxtime.Sleep(ctx, d.cfg.Poll); err != nil {
+			return
+		}
+	}
+}
+
+// Readiness is the body of /readyz.
+type Readiness struct {
+	// State is leader, standby or lost (lost the lock, still stopping).
+	State string `json:"state"`
+	// Epoch is this daemon's term when it leads.
+	Epoch int64 `json:"epoch,omitempty"`
+	// Leader names the daemon the journal records as leader.
+	Leader string `json:"leader,omitempty"`
+	// Reason says why the daemon is not ready.
+	Reason string `json:"reason,omitempty"`
 }
 
 func (d *Daemon) mux() *http.ServeMux {
@@ -377,11 +687,23 @@ func (d *Daemon) mux() *http.ServeMux {
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 		defer cancel()
-		if err := d.cat.Pool().Ping(ctx); err != nil {
-			http.Error(w, "coordinator unreachable", http.StatusServiceUnavailable)
-			return
+		st := d.State()
+		body := Readiness{State: st.String(), Epoch: d.Epoch()}
+		d.mu.Lock()
+		if d.record != nil && d.record.Held {
+			body.Leader = d.record.Holder
 		}
-		fmt.Fprintln(w, "ready")
+		d.mu.Unlock()
+		code := http.StatusOK
+		switch {
+		case d.cat.Pool().Ping(ctx) != nil:
+			code, body.Reason = http.StatusServiceUnavailable, "coordinator unreachable"
+		case st == Lost:
+			code, body.Reason = http.StatusServiceUnavailable, "lost the leader lock; stopping the leader's loops"
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(code)
+		_ = json.NewEncoder(w).Encode(body)
 	})
 	mux.HandleFunc("/status", func(w http.ResponseWriter, r *http.Request) {
 		jobs, err := d.cat.Jobs(r.Context(), 20)
@@ -394,8 +716,17 @@ func (d *Daemon) mux() *http.ServeMux {
 			http.Error(w, "cannot read the journal", http.StatusServiceUnavailable)
 			return
 		}
+		st := d.State()
+		epoch := d.Epoch()
 		d.mu.Lock()
-		body := map[string]any{"leader": d.leader, "last_error": d.lastErr, "jobs": nonNil(jobs), "active_moves": nonNil(moves)}
+		body := map[string]any{"leader": st == Leading, "state": st.String(), "holder": d.holder, "last_error": d.lastErr,
+			"jobs": nonNil(jobs), "active_moves": nonNil(moves), "moves_by_phase": d.phases}
+		if epoch > 0 {
+			body["epoch"] = epoch
+		}
+		if d.record != nil {
+			body["leader_record"] = d.record
+		}
 		if !d.lastPlan.IsZero() {
 			body["last_plan_at"] = d.lastPlan
 		}
@@ -413,10 +744,20 @@ func nonNil[T any](s []T) []T {
 	return s
 }
 
-// cronLogger adapts zap to cron.Logger.
+// cronLogger adapts zap to cron.Logger, and says what cron's terse
+// messages are about.
 type cronLogger struct{ l *zap.Logger }
 
-func (c cronLogger) Info(msg string, kv ...any) { c.l.Sugar().Infow(msg, kv...) }
+func (c cronLogger) Info(msg string, kv ...any) {
+	if msg == "skip" {
+		msg = "cron schedule fired while its previous run is still going: this run is skipped"
+	}
+	c.l.Sugar().Infow(msg, kv...)
+}
+
 func (c cronLogger) Error(err error, msg string, kv ...any) {
+	if msg == "panic" {
+		msg = "cron-triggered rebalance panicked; the schedule keeps running"
+	}
 	c.l.Sugar().Errorw(msg, append(kv, "error", err)...)
 }

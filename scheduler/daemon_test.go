@@ -2,10 +2,12 @@ package scheduler_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -319,4 +321,269 @@ func TestDaemonHearsNodeAddWithoutPolling(t *testing.T) {
 	eventually(t, "a rebalance triggered by the node add", 30*time.Second, func() bool {
 		return scrape(t, d)["shardmover_triggers_total{source=node_added}"] >= 1
 	})
+}
+
+// leaderLockPID is the backend holding the daemon leader lock, from pg_locks.
+func leaderLockPID(t *testing.T, cat *metadata.Catalog) (int32, bool) {
+	t.Helper()
+	var pid int32
+	err := cat.Pool().QueryRow(context.Background(), `SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted
+		AND classid = $1 AND objid = 1 AND objsubid = 2`, uint32(metadata.LockLeader)).Scan(&pid)
+	return pid, err == nil
+}
+
+func readyz(t *testing.T, d *scheduler.Daemon) (int, scheduler.Readiness) {
+	t.Helper()
+	var r scheduler.Readiness
+	resp, err := http.Get("http://" + d.Addr() + "/readyz")
+	if err != nil {
+		return 0, r
+	}
+	defer resp.Body.Close()
+	_ = json.NewDecoder(resp.Body).Decode(&r)
+	return resp.StatusCode, r
+}
+
+// oneLeader waits until exactly one daemon leads, every other stands by,
+// the leader's epoch is newer than after, the coordinator shows the
+// leader's lock session holding the lock, and /metrics and /readyz of every
+// daemon agree. It returns the leader.
+func oneLeader(t *testing.T, cat *metadata.Catalog, after int64, ds ...*scheduler.Daemon) *scheduler.Daemon {
+	t.Helper()
+	var leader *scheduler.Daemon
+	why := ""
+	eventually(t, "exactly one leader holding the lock", time.Minute, func() bool {
+		leader = nil
+		for _, d := range ds {
+			switch d.State() {
+			case scheduler.Leading:
+				if leader != nil {
+					why = "two daemons lead"
+					return false
+				}
+				leader = d
+			case scheduler.Lost:
+				why = "a daemon is still stepping down"
+				return false
+			}
+		}
+		if leader == nil || leader.Epoch() <= after {
+			why = "no new leader yet"
+			return false
+		}
+		rec, ok, err := cat.CurrentLeader(context.Background())
+		pid, held := leaderLockPID(t, cat)
+		if err != nil || !ok || !rec.Held || !held || pid != rec.PID || rec.Epoch != leader.Epoch() {
+			why = fmt.Sprintf("journal %+v (err %v), lock held by %d (%v)", rec, err, pid, held)
+			return false
+		}
+		sum := 0.0
+		for _, d := range ds {
+			m := scrape(t, d)
+			sum += m["shardmover_leader"]
+			code, r := readyz(t, d)
+			want := "standby"
+			if d == leader {
+				want = "leader"
+			}
+			if code != 200 || r.State != want || m["shardmover_leader_epoch"] != float64(rec.Epoch) {
+				why = fmt.Sprintf("/readyz %d %+v, epoch gauge %v, want %s epoch %d", code, r, m["shardmover_leader_epoch"], want, rec.Epoch)
+				return false
+			}
+		}
+		why = fmt.Sprintf("shardmover_leader summed to %v", sum)
+		return sum == 1
+	})
+	t.Logf("leader: %s epoch %d (%s)", leader.Addr(), leader.Epoch(), why)
+	return leader
+}
+
+// phasesMatch waits until /metrics of every daemon shows the journal's
+// moves by phase.
+func phasesMatch(t *testing.T, cat *metadata.Catalog, ds ...*scheduler.Daemon) {
+	t.Helper()
+	why := ""
+	eventually(t, "/metrics to show the journal's moves by phase", 30*time.Second, func() bool {
+		want, err := cat.MovesByPhase(context.Background())
+		if err != nil {
+			return false
+		}
+		for _, d := range ds {
+			m := scrape(t, d)
+			for _, p := range []string{"scheduled", "preflight", "copying", "catching_up", "cutover", "cleanup", "done", "failed", "cancelled"} {
+				if m["shardmover_moves{phase="+p+"}"] != float64(want[p]) {
+					why = fmt.Sprintf("%s shows %v %s moves, the journal %d", d.Addr(), m["shardmover_moves{phase="+p+"}"], p, want[p])
+					return false
+				}
+			}
+		}
+		return true
+	})
+	_ = why
+}
+
+func restartCoordinator(t *testing.T, sb *sandbox.Cluster) {
+	t.Helper()
+	ctx := context.Background()
+	require.NoError(t, sb.StopNode(ctx, sb.Coordinator(), "fast"))
+	_, err := sandbox.Up(ctx, sandbox.Config{Dir: sb.Dir, Workers: len(sb.Workers())})
+	require.NoError(t, err)
+}
+
+// TestLeadershipLostAndRegained: three daemons. Killing the leader's lock
+// session (pg_terminate_backend of the pid pg_locks shows) makes it step
+// down and report leader 0; within a bounded time exactly one daemon leads
+// again, under a new epoch, holding the lock. Then the coordinator
+// restarts: every /readyz says so (503) while it is down, and afterwards
+// exactly one daemon leads again. No daemon ever gets stuck claiming to lead.
+func TestLeadershipLostAndRegained(t *testing.T) {
+	sb, cat := sandboxtest.NewCompat(t, 1)
+	ctx := context.Background()
+	var ds []*scheduler.Daemon
+	for i := 0; i < 3; i++ {
+		d, stop := startDaemon(t, daemonConfig(t), cat)
+		defer stop()
+		ds = append(ds, d)
+	}
+	leader := oneLeader(t, cat, 0, ds...)
+	for round := 0; round < 2; round++ {
+		epoch := leader.Epoch()
+		changes := scrape(t, leader)["shardmover_leader_changes_total"]
+		pid, ok := leaderLockPID(t, cat)
+		require.True(t, ok)
+		_, err := cat.Pool().Exec(ctx, "SELECT pg_terminate_backend($1)", pid)
+		require.NoError(t, err)
+		start := time.Now()
+		old := leader
+		leader = oneLeader(t, cat, epoch, ds...)
+		t.Logf("round %d: lock session %d killed; epoch %d -> %d in %s", round, pid, epoch, leader.Epoch(), time.Since(start).Round(time.Millisecond))
+		if old != leader {
+			assert.Equal(t, changes+1, scrape(t, old)["shardmover_leader_changes_total"], "the old leader stepped down once")
+		} else {
+			assert.Equal(t, changes+2, scrape(t, old)["shardmover_leader_changes_total"], "the leader stepped down, then won again")
+		}
+	}
+
+	epoch := leader.Epoch()
+	require.NoError(t, sb.StopNode(ctx, sb.Coordinator(), "fast"))
+	eventually(t, "/readyz to report the coordinator unreachable", 30*time.Second, func() bool {
+		for _, d := range ds {
+			if code, r := readyz(t, d); code != http.StatusServiceUnavailable || r.Reason == "" {
+				return false
+			}
+		}
+		return true
+	})
+	eventually(t, "every daemon to stop leading while the coordinator is down", 30*time.Second, func() bool {
+		for _, d := range ds {
+			if d.State() != scheduler.Standby || scrape(t, d)["shardmover_leader"] != 0 {
+				return false
+			}
+		}
+		return true
+	})
+	_, err := sandbox.Up(ctx, sandbox.Config{Dir: sb.Dir, Workers: 1})
+	require.NoError(t, err)
+	start := time.Now()
+	leader = oneLeader(t, cat, epoch, ds...)
+	t.Logf("coordinator restarted: epoch %d -> %d in %s", epoch, leader.Epoch(), time.Since(start).Round(time.Millisecond))
+}
+
+// TestJobResumedAfterCoordinatorRestart: two daemons; a node is added and
+// its rebalance job is under way when the coordinator restarts. Every lock
+// is gone: the leader steps down, exactly one daemon leads again under a
+// new epoch, adopts the interrupted job and finishes it; the new node gets
+// its groups. Then no daemon runs at all while another node is added: the
+// next leader compares the nodes with those the last leader accounted for
+// and rebalances onto it. /metrics of every daemon shows the moves by
+// phase as the journal has them.
+func TestJobResumedAfterCoordinatorRestart(t *testing.T) {
+	sb, cat, _ := loaded(t, 8)
+	ctx := context.Background()
+	cfg := daemonConfig(t)
+	cfg.Settle = time.Second
+	cfg.Limits = mover.Limits{Concurrency: 1, PerNode: 1, BytesPerSecond: 256 << 10}
+	start := func() (*scheduler.Daemon, func()) {
+		d, stop := startDaemon(t, cfg, cat)
+		var once sync.Once
+		stopOnce := func() { once.Do(stop) }
+		t.Cleanup(stopOnce)
+		return d, stopOnce
+	}
+	a, stopA := start()
+	b, stopB := start()
+	leader := oneLeader(t, cat, 0, a, b)
+
+	groupsOn := func(id int32) int {
+		cl, err := cat.Snapshot(ctx, metadata.SnapshotOptions{SkipSizes: true})
+		require.NoError(t, err)
+		n := 0
+		for _, g := range cl.Groups {
+			if g.NodeID == id {
+				n++
+			}
+		}
+		return n
+	}
+	addNode := func() metadata.Node {
+		n, err := sb.AddNode(ctx)
+		require.NoError(t, err)
+		node, err := cat.AddNode(ctx, n.Host, n.Port, metadata.DefaultAddNodeOptions())
+		require.NoError(t, err)
+		return node
+	}
+	jobDone := func(what string, after int64) metadata.Job {
+		var job metadata.Job
+		eventually(t, what, 3*time.Minute, func() bool {
+			jobs, err := cat.Jobs(ctx, 10)
+			if err != nil || len(jobs) == 0 || jobs[0].ID <= after {
+				return false
+			}
+			active, err := cat.Moves(ctx, metadata.MoveFilter{ActiveOnly: true})
+			job = jobs[0]
+			return err == nil && len(active) == 0 && job.State == "done"
+		})
+		return job
+	}
+
+	n3 := addNode()
+	eventually(t, "the rebalance to be under way", 2*time.Minute, func() bool {
+		moves, err := cat.Moves(ctx, metadata.MoveFilter{})
+		if err != nil {
+			return false
+		}
+		done, active := 0, 0
+		for _, m := range moves {
+			if m.Phase == "done" {
+				done++
+			} else if !m.Terminal() {
+				active++
+			}
+		}
+		return done >= 1 && active >= 1
+	})
+	epoch := leader.Epoch()
+	restartCoordinator(t, sb)
+	began := time.Now()
+	leader = oneLeader(t, cat, epoch, a, b)
+	t.Logf("coordinator restarted mid-job: epoch %d -> %d in %s", epoch, leader.Epoch(), time.Since(began).Round(time.Millisecond))
+	job := jobDone("the interrupted job to finish", 0)
+	t.Logf("job %d finished %s after the restart", job.ID, time.Since(began).Round(time.Millisecond))
+	var jobEpoch int64
+	require.NoError(t, cat.Pool().QueryRow(ctx, "SELECT leader_epoch FROM shardmover.jobs WHERE id = $1", job.ID).Scan(&jobEpoch))
+	assert.Greater(t, jobEpoch, epoch, "the new leader adopted the job")
+	assert.GreaterOrEqual(t, groupsOn(n3.ID), 2, "the node added before the restart received its share")
+	phasesMatch(t, cat, a, b)
+
+	// No daemon runs while a node is added.
+	stopA()
+	stopB()
+	n4 := addNode()
+	time.Sleep(time.Second)
+	c, _ := start()
+	leader = oneLeader(t, cat, leader.Epoch(), c)
+	jobDone("a rebalance onto the node added while no daemon ran", job.ID)
+	assert.GreaterOrEqual(t, groupsOn(n4.ID), 1, "the node added while no daemon ran received groups")
+	assert.Positive(t, scrape(t, c)["shardmover_triggers_total{source=node_added}"])
+	phasesMatch(t, cat, c)
 }

@@ -2,13 +2,41 @@
 // planner input from a cluster's status (live, or a snapshot file for
 // what-if planning) and the operator's options; Runner records and runs
 // rebalance and drain jobs within concurrency, per-node and bandwidth
-// limits, one job per cluster; Daemon is DESIGN.md section 9: one leader
-// per cluster (a session advisory lock on the coordinator), resuming
-// unfinished jobs, a node watcher that polls the node catalog and, on
-// compat clusters, wakes at once on the coordinator's notification
-// (metadata.WatchNodes), a settle period before a node-add rebalance, cron
-// schedules, the cleanup sweep, and the HTTP endpoints (/metrics, /healthz,
-// /readyz, /status).
+// limits, one job per cluster; Daemon is DESIGN.md section 9.
+//
+// Daemon leadership is a lease with a fencing token (metadata/leader.go):
+// the leader holds a session advisory lock on the coordinator and, right
+// after taking it, bumps the epoch in shardmover.leader on the lock's own
+// session. Every Poll it checks, on that session and within a bounded
+// time, that the coordinator (pg_locks) still shows it holding the lock and
+// that its epoch is current; when either fails it reports leader 0 and
+// state "lost", stops every leader loop (watch, cron, sweep, job runner; a
+// cutover in progress finishes first), releases the lock, and competes
+// again. Jobs the daemon creates carry its epoch and are recorded only
+// while it is current (metadata.ErrNotLeader otherwise); moves are fenced
+// by their own move leases in mover.
+//
+// At the start of every term the leader adopts every unfinished job (it
+// takes the job's leader_epoch) and resumes it; while it leads, jobs of its
+// term that stopped early (connection errors) are run again with backoff.
+// The node watcher polls the node catalog and, on compat clusters, wakes at
+// once on the coordinator's notification (metadata.WatchNodes); it starts
+// from the nodes the last leader accounted for (recorded in the journal
+// whenever no rebalance is owed), so a node added while no daemon led is
+// rebalanced onto; a settle period precedes a node-add rebalance, and a
+// failed one is tried again with backoff.
+//
+// Every daemon, leader or not, refreshes /metrics (moves by phase, in one
+// GROUP BY query; the recorded epoch) and /status from the journal every
+// Poll. /readyz answers 200 with {"state":"leader"} or {"state":"standby"},
+// and 503 while the coordinator is unreachable or after the lock was lost.
+// shardmover_leader_changes_total counts this daemon's leadership changes.
+//
+// Schedules (ParseSchedule) are checked before anything connects: not a
+// cron expression, never firing (0 0 30 2 *) and sub-second (@every 500ms)
+// schedules are refused with a sentence. They follow the wall clock of
+// --timezone; a time skipped by a daylight saving gap runs right after the
+// gap instead of skipping the day (ScheduleHelp).
 //
 // It imports planner and mover, never the other way round, and reaches the
 // catalogs only through metadata. BuildInput checks every option and

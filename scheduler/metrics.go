@@ -1,13 +1,11 @@
 package scheduler
 
 import (
-	"context"
 	"strconv"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/shardmover/shardmover/metadata"
 	"github.com/shardmover/shardmover/mover"
 )
 
@@ -20,8 +18,13 @@ type Metrics struct {
 	CutoverPause prometheus.Histogram
 	JobDuration  *prometheus.HistogramVec
 	Leader       prometheus.Gauge
-	Imbalance    prometheus.Gauge
-	Triggers     *prometheus.CounterVec
+	// LeaderChanges counts this daemon's leadership changes: each time it
+	// became leader and each time it stopped leading.
+	LeaderChanges prometheus.Counter
+	// Epoch is the leader epoch the journal records (every daemon).
+	Epoch     prometheus.Gauge
+	Imbalance prometheus.Gauge
+	Triggers  *prometheus.CounterVec
 
 	mu     sync.Mutex
 	copied map[int64]int64
@@ -43,13 +46,17 @@ func NewMetrics() *Metrics {
 			Help: "Duration of rebalance and drain jobs.", Buckets: prometheus.ExponentialBuckets(1, 2, 14)}, []string{"kind"}),
 		Leader: prometheus.NewGauge(prometheus.GaugeOpts{Name: "shardmover_leader",
 			Help: "1 while this daemon leads the cluster."}),
+		LeaderChanges: prometheus.NewCounter(prometheus.CounterOpts{Name: "shardmover_leader_changes_total",
+			Help: "Times this daemon became leader or stopped leading."}),
+		Epoch: prometheus.NewGauge(prometheus.GaugeOpts{Name: "shardmover_leader_epoch",
+			Help: "The leader epoch (fencing token) recorded in the journal."}),
 		Imbalance: prometheus.NewGauge(prometheus.GaugeOpts{Name: "shardmover_plan_imbalance",
 			Help: "Largest relative distance of a node's utilization from the average after the last plan."}),
 		Triggers: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "shardmover_triggers_total",
 			Help: "Rebalance triggers, by source."}, []string{"source"}),
 		copied: map[int64]int64{},
 	}
-	m.Registry.MustRegister(m.MovesByPhase, m.BytesCopied, m.Lag, m.CutoverPause, m.JobDuration, m.Leader, m.Imbalance, m.Triggers,
+	m.Registry.MustRegister(m.MovesByPhase, m.BytesCopied, m.Lag, m.CutoverPause, m.JobDuration, m.Leader, m.LeaderChanges, m.Epoch, m.Imbalance, m.Triggers,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	return m
 }
@@ -73,23 +80,15 @@ func (m *Metrics) progress(p mover.Progress) {
 	}
 }
 
-// refreshPhases sets the moves-by-phase gauge from the journal.
-func (m *Metrics) refreshPhases(ctx context.Context, cat *metadata.Catalog) error {
-	moves, err := cat.Moves(ctx, metadata.MoveFilter{})
-	if err != nil {
-		return err
-	}
-	counts := map[string]float64{}
+// setPhases sets the moves-by-phase gauge from the journal's counts;
+// every phase is shown, 0 when no move is in it.
+func (m *Metrics) setPhases(counts map[string]int64) {
 	for p := mover.Scheduled; p <= mover.Cancelled; p++ {
-		counts[p.String()] = 0
-	}
-	for _, mv := range moves {
-		counts[mv.Phase]++
+		m.MovesByPhase.WithLabelValues(p.String()).Set(float64(counts[p.String()]))
 	}
 	for p, n := range counts {
-		m.MovesByPhase.WithLabelValues(p).Set(n)
+		m.MovesByPhase.WithLabelValues(p).Set(float64(n))
 	}
-	return nil
 }
 
 func itoa64(v int64) string { return strconv.FormatInt(v, 10) }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"time"
 
 	"go.uber.org/zap"
@@ -104,6 +105,10 @@ type JobRequest struct {
 	Confirm func(planner.Result) bool
 	// OnJob, when set, learns the job id once it is recorded.
 	OnJob func(metadata.Job)
+	// Fence, when set, is the daemon leadership the job is recorded under:
+	// the job carries its epoch, and is recorded only while it is current
+	// (metadata.ErrNotLeader otherwise).
+	Fence *metadata.Leadership
 }
 
 // JobOutcome is what a rebalance or drain did.
@@ -195,7 +200,15 @@ func (r *Runner) runLocked(ctx context.Context, req JobRequest) (JobOutcome, err
 			return out, err
 		}
 	}
-	job, _, err := eng.Schedule(ctx, req.Kind, specs)
+	var job metadata.Job
+	if req.Fence != nil {
+		job, _, err = r.cat.CreateLeaderJob(ctx, req.Fence, req.Kind, "", specs)
+		if errors.Is(err, metadata.ErrGroupBusy) {
+			err = invalidf("%s", strings.TrimPrefix(err.Error(), metadata.ErrGroupBusy.Error()+": "))
+		}
+	} else {
+		job, _, err = eng.Schedule(ctx, req.Kind, specs)
+	}
 	if err != nil {
 		return out, err
 	}
@@ -237,6 +250,57 @@ func (r *Runner) Resume(ctx context.Context, lim mover.Limits) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// resumeAs is the daemon leader's resume: it adopts unfinished jobs for
+// term (every one when own is false, at the start of a term; else only
+// the term's own, to run them again after an error) and runs them. done is
+// false when nothing could be adopted because another process holds the
+// rebalance lock (a CLI rebalance, or a leader that lost its lock and is
+// still stopping): the caller tries again.
+func (r *Runner) resumeAs(ctx context.Context, term *metadata.Leadership, own bool, lim mover.Limits) (done bool, err error) {
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	jobs, err := r.cat.UnfinishedJobs(rctx, "rebalance", "drain", "move")
+	cancel()
+	if err != nil {
+		return false, err
+	}
+	if len(jobs) == 0 {
+		return true, nil
+	}
+	lock, err := r.lock(ctx)
+	if errors.Is(err, ErrBusy) {
+		r.log.Debug("unfinished jobs wait: another process holds the rebalance lock", zap.Int64("epoch", term.Epoch), zap.Error(err))
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	defer lock.Release(context.WithoutCancel(ctx))
+	adopted, err := r.cat.AdoptJobs(ctx, term, own, "rebalance", "drain", "move")
+	if err != nil {
+		return false, err
+	}
+	var errs []error
+	for _, j := range adopted {
+		r.log.Info("resuming job", zap.Int64("job_id", j.ID), zap.String("kind", j.Kind), zap.Int64("epoch", term.Epoch))
+		start := time.Now()
+		res, err := r.Engine().RunJob(ctx, j.ID, lim)
+		if r.metrics != nil {
+			r.metrics.JobDuration.WithLabelValues(j.Kind).Observe(time.Since(start).Seconds())
+		}
+		r.log.Info("resumed job ended", zap.Int64("job_id", j.ID), zap.Int("done", res.Done), zap.Int("failed", res.Failed),
+			zap.Int("unfinished", res.Unfinished), zap.Error(err))
+		if ctx.Err() != nil {
+			return true, ctx.Err()
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("job %d: %w", j.ID, err))
+		} else if res.Unfinished > 0 {
+			errs = append(errs, fmt.Errorf("job %d: %d moves are unfinished", j.ID, res.Unfinished))
+		}
+	}
+	return true, errors.Join(errs...)
 }
 
 // Drain marks a node shouldhaveshards = false and moves every group off it,

@@ -146,26 +146,32 @@ func parseRate(s string) (int64, error) {
 	if s == "" {
 		return 0, nil
 	}
-	v, ok := parseSize(strings.TrimSuffix(strings.TrimSpace(s), "/s"))
+	t := strings.TrimSpace(s)
+	if strings.HasSuffix(strings.ToLower(t), "/s") {
+		t = t[:len(t)-2]
+	}
+	v, ok := parseSize(t)
 	if !ok || v <= 0 {
 		return 0, usagef("--throttle %q is not a rate: write it like 50MB/s or 1GiB/s", s)
 	}
 	return v, nil
 }
 
-// parseSize reads a byte count with an optional unit: "100MiB", "1GB",
-// "512KB", "0".
+// parseSize reads a byte count with an optional unit, in either case:
+// "100MiB", "1GB", "512KB", "200kB", "1tib", "0". Units are bytes
+// (KB = 1000, KiB = 1024), whatever their case.
 func parseSize(s string) (int64, bool) {
 	t := strings.TrimSpace(s)
 	units := []struct {
 		suffix string
 		mult   int64
-	}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}, {"GB", 1e9}, {"MB", 1e6}, {"KB", 1e3}, {"B", 1}}
+	}{{"tib", 1 << 40}, {"gib", 1 << 30}, {"mib", 1 << 20}, {"kib", 1 << 10}, {"tb", 1e12}, {"gb", 1e9}, {"mb", 1e6}, {"kb", 1e3}, {"b", 1}}
 	mult := int64(1)
+	lower := strings.ToLower(t)
 	for _, u := range units {
-		if strings.HasSuffix(t, u.suffix) {
+		if strings.HasSuffix(lower, u.suffix) {
 			mult = u.mult
-			t = strings.TrimSuffix(t, u.suffix)
+			t = t[:len(t)-len(u.suffix)]
 			break
 		}
 	}

@@ -201,12 +201,24 @@ func newDaemonCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "daemon",
 		Short: "Keep the cluster balanced: rebalance after nodes are added and on cron schedules; serve metrics",
-		Args:  cobra.NoArgs,
+		Long: `Keep the cluster balanced: rebalance after nodes are added and on cron schedules; serve metrics.
+
+One daemon per cluster leads (a session lock on the coordinator, with an epoch
+recorded in shardmover.leader); the others stand by and take over when it loses
+the lock. /readyz answers 200 with {"state":"leader"} or {"state":"standby"}, and
+503 while the coordinator is unreachable or after the lock was lost.
+
+` + scheduler.ScheduleHelp,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := f.resolve(cmd); err != nil {
 				return err
 			}
 			cfg.Plan, cfg.Limits = f.plan, f.limits
+			// Bad schedules, zones and limits are refused before connecting.
+			if err := cfg.Validate(); err != nil {
+				return err
+			}
 			// The daemon logs JSON lines at info.
 			zc := zap.NewProductionConfig()
 			zc.EncoderConfig.EncodeTime = zapcore.ISO8601TimeEncoder
@@ -240,8 +252,8 @@ func newDaemonCmd(g *globals) *cobra.Command {
 	fl.StringVar(&cfg.Listen, "listen", cfg.Listen, "HTTP address for /metrics, /healthz, /readyz, /status")
 	fl.DurationVar(&cfg.Settle, "settle", cfg.Settle, "quiet time after a node is added before rebalancing")
 	fl.DurationVar(&cfg.Poll, "poll", cfg.Poll, "how often the node catalog is read")
-	fl.StringArrayVar(&cfg.Schedules, "schedule", nil, `cron schedule for rebalancing, e.g. "0 3 * * *" (repeatable; 6 fields for seconds)`)
-	fl.StringVar(&cfg.Timezone, "timezone", "", "time zone of the schedules (IANA name; default local)")
+	fl.StringArrayVar(&cfg.Schedules, "schedule", nil, `cron schedule for rebalancing, e.g. "0 3 * * *" or "@every 6h" (repeatable; 6 fields for seconds)`)
+	fl.StringVar(&cfg.Timezone, "timezone", "", "time zone of the schedules (IANA name; default local); wall-clock times, see daylight saving time above")
 	fl.DurationVar(&cfg.KeepOldFor, "keep-old-for", cfg.KeepOldFor, "grace period before the old shards of finished moves are dropped")
 
 	return cmd
