@@ -8,10 +8,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -59,6 +62,107 @@ func (p *daemonProc) leader() bool {
 	return json.NewDecoder(resp.Body).Decode(&st) == nil && st.Leader
 }
 
+// ready is the daemon's /readyz: status code and state.
+func (p *daemonProc) ready() (int, scheduler.Readiness) {
+	var r scheduler.Readiness
+	resp, err := http.Get("http://" + p.addr + "/readyz")
+	if err != nil {
+		return 0, r
+	}
+	defer resp.Body.Close()
+	_ = json.NewDecoder(resp.Body).Decode(&r)
+	return resp.StatusCode, r
+}
+
+// metrics scrapes the daemon's /metrics into name{label=value} -> value.
+func (p *daemonProc) metrics() map[string]float64 {
+	out := map[string]float64{}
+	resp, err := http.Get("http://" + p.addr + "/metrics")
+	if err != nil {
+		return out
+	}
+	defer resp.Body.Close()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		return out
+	}
+	for name, f := range fams {
+		for _, m := range f.GetMetric() {
+			key := name
+			for _, l := range m.GetLabel() {
+				key += fmt.Sprintf("{%s=%s}", l.GetName(), l.GetValue())
+			}
+			switch {
+			case m.Counter != nil:
+				out[key] = m.Counter.GetValue()
+			case m.Gauge != nil:
+				out[key] = m.Gauge.GetValue()
+			}
+		}
+	}
+	return out
+}
+
+// exactlyOneLeader waits until exactly one of the running daemons reports
+// leader (/status, /readyz, shardmover_leader), every other standby, under
+// an epoch newer than after, and the coordinator shows the recorded
+// leader's session holding the leader lock. It returns the leader.
+func exactlyOneLeader(t *testing.T, cat *metadata.Catalog, after int64, ps ...*daemonProc) *daemonProc {
+	t.Helper()
+	var leader *daemonProc
+	waitFor(t, "exactly one daemon leading and holding the lock", time.Minute, func() bool {
+		leader = nil
+		sum := 0.0
+		for _, p := range ps {
+			code, r := p.ready()
+			m := p.metrics()
+			sum += m["shardmover_leader"]
+			switch {
+			case code == 200 && r.State == "leader" && p.leader():
+				if leader != nil {
+					return false
+				}
+				leader = p
+			case code == 200 && r.State == "standby":
+			default:
+				return false
+			}
+		}
+		if leader == nil || sum != 1 {
+			return false
+		}
+		rec, ok, err := cat.CurrentLeader(context.Background())
+		var pid int32
+		perr := cat.Pool().QueryRow(context.Background(), `SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted
+			AND classid = $1 AND objid = 1 AND objsubid = 2`, uint32(metadata.LockLeader)).Scan(&pid)
+		return err == nil && ok && perr == nil && rec.Held && rec.PID == pid && rec.Epoch > after &&
+			strings.HasSuffix(rec.Holder, "http "+leader.addr)
+	})
+	return leader
+}
+
+// phasesAsJournal waits until /metrics of every daemon shows the journal's
+// moves by phase.
+func phasesAsJournal(t *testing.T, cat *metadata.Catalog, ps ...*daemonProc) {
+	t.Helper()
+	waitFor(t, "/metrics of every daemon to show the journal's moves by phase", 30*time.Second, func() bool {
+		want, err := cat.MovesByPhase(context.Background())
+		if err != nil {
+			return false
+		}
+		for _, p := range ps {
+			m := p.metrics()
+			for _, ph := range []string{"scheduled", "preflight", "copying", "catching_up", "cutover", "cleanup", "done", "failed", "cancelled"} {
+				if m["shardmover_moves{phase="+ph+"}"] != float64(want[ph]) {
+					return false
+				}
+			}
+		}
+		return true
+	})
+}
+
 func waitFor(t *testing.T, what string, timeout time.Duration, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
@@ -70,9 +174,12 @@ func waitFor(t *testing.T, what string, timeout time.Duration, cond func() bool)
 	}
 }
 
-// TestTwoDaemonsLeaderKilled: two daemons, exactly one leads; a node is
-// added; the leader is killed with SIGKILL mid-job; the standby takes over
-// and the job completes with the workload's ledger intact.
+// TestTwoDaemonsLeaderKilled: two daemons, exactly one leads and holds
+// the lock; the coordinator ends the leader's lock session and exactly one
+// leads again under a new epoch; a node is added; the leader is killed
+// with SIGKILL mid-job; the standby takes over, holding the lock, and the
+// job completes with the workload's ledger intact; its /metrics shows the
+// journal's moves by phase.
 func TestTwoDaemonsLeaderKilled(t *testing.T) {
 	bin := buildBinary(t)
 	ctx := context.Background()
@@ -88,12 +195,17 @@ func TestTwoDaemonsLeaderKilled(t *testing.T) {
 	base := freeBase(t, 2)
 	a := startDaemonProc(t, bin, coord, base)
 	b := startDaemonProc(t, bin, coord, base+1)
-	waitFor(t, "a leader", time.Minute, func() bool { return a.leader() || b.leader() })
-	time.Sleep(time.Second)
-	require.NotEqual(t, a.leader(), b.leader(), "exactly one daemon leads")
-	leader, standby := a, b
-	if b.leader() {
-		leader, standby = b, a
+	leader := exactlyOneLeader(t, cat, 0, a, b)
+	// The coordinator ends the leader's lock session: exactly one daemon
+	// leads again, under a new epoch (the same daemon may win again).
+	rec, _, err := cat.CurrentLeader(ctx)
+	require.NoError(t, err)
+	_, err = cat.Pool().Exec(ctx, "SELECT pg_terminate_backend($1)", rec.PID)
+	require.NoError(t, err)
+	leader = exactlyOneLeader(t, cat, rec.Epoch, a, b)
+	standby := a
+	if leader == a {
+		standby = b
 	}
 
 	opts := workload.DefaultRunOptions()
@@ -121,9 +233,13 @@ func TestTwoDaemonsLeaderKilled(t *testing.T) {
 		}
 		return done >= 1 && active >= 1
 	})
+	rec, _, err = cat.CurrentLeader(ctx)
+	require.NoError(t, err)
 	require.NoError(t, leader.cmd.Process.Signal(syscall.SIGKILL))
 	_, _ = leader.cmd.Process.Wait()
-	waitFor(t, "the standby to lead", 30*time.Second, standby.leader)
+	killed := time.Now()
+	require.Equal(t, standby, exactlyOneLeader(t, cat, rec.Epoch, standby))
+	t.Logf("the standby led %s after the leader was killed", time.Since(killed).Round(time.Millisecond))
 
 	waitFor(t, "the job to complete", 5*time.Minute, func() bool {
 		jobs, err := cat.Jobs(ctx, 5)
@@ -147,6 +263,7 @@ func TestTwoDaemonsLeaderKilled(t *testing.T) {
 	for _, m := range moves {
 		assert.Equal(t, "done", m.Phase, "move %d (attempts %d, error %q)", m.ID, m.Attempts, m.Error)
 	}
+	phasesAsJournal(t, cat, standby)
 	cl, err := cat.Snapshot(ctx, metadata.SnapshotOptions{SkipSizes: true})
 	require.NoError(t, err)
 	in, err := scheduler.BuildInput(cl.Status(""), scheduler.DefaultPlanOptions())
@@ -154,4 +271,30 @@ func TestTwoDaemonsLeaderKilled(t *testing.T) {
 	plan, err := planner.Plan(in)
 	require.NoError(t, err)
 	assert.Empty(t, plan.Moves, "the cluster ends balanced")
+}
+
+// TestDaemonRefusesBadSchedulesBeforeConnecting: schedules that never fire
+// or fire more often than every second are refused with a sentence and
+// exit code 2 before the daemon connects anywhere (the coordinator given
+// does not exist); a rate written with a lower-case unit is accepted.
+func TestDaemonRefusesBadSchedulesBeforeConnecting(t *testing.T) {
+	bin := buildBinary(t)
+	for _, tc := range []struct{ schedule, want string }{
+		{"0 0 30 2 *", "never fires"},
+		{"@every -5s", "more often than every second"},
+		{"@every 0s", "more often than every second"},
+	} {
+		cmd := exec.Command(bin, "daemon", "--coordinator", "postgres://postgres@127.0.0.1:1/none", "--listen", "127.0.0.1:0",
+			"--max-bandwidth", "200kB/s", "--schedule", "0 3 * * *", "--schedule", tc.schedule)
+		out, err := cmd.CombinedOutput()
+		var ee *exec.ExitError
+		require.ErrorAs(t, err, &ee, "%s: %s", tc.schedule, out)
+		assert.Equal(t, 2, ee.ExitCode(), "%s: %s", tc.schedule, out)
+		assert.Contains(t, string(out), tc.want, tc.schedule)
+		assert.Contains(t, string(out), "--schedule", tc.schedule)
+		assert.NotContains(t, string(out), "connect", "nothing connected: %s", out)
+	}
+	out, err := exec.Command(bin, "daemon", "--help").CombinedOutput()
+	require.NoError(t, err)
+	assert.Contains(t, string(out), "clocks go forward")
 }
