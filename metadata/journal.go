@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"go.uber.org/zap"
 )
 
 // The journal (schema shardmover on the coordinator, DESIGN.md section 8)
@@ -123,6 +124,7 @@ type Move struct {
 	SourceLSN        string    `json:"source_lsn,omitempty"`
 	AppliedLSN       string    `json:"applied_lsn,omitempty"`
 	CutoverCommitted bool      `json:"cutover_committed"`
+	CutoverEpoch     int64     `json:"cutover_epoch"`
 	CancelRequested  bool      `json:"cancel_requested"`
 	Error            string    `json:"error,omitempty"`
 	Attempts         int       `json:"attempts"`
@@ -171,13 +173,13 @@ func (c *Catalog) InstallJournal(ctx context.Context) error {
 
 const moveColumns = `id, job_id, colocation_id, shard_index, shard_ids, shard_tables, source_group, target_group,
 	phase, bytes_total, bytes_copied, coalesce(source_lsn::text, ''), coalesce(applied_lsn::text, ''),
-	cutover_committed, cancel_requested, error, attempts, created_at, updated_at`
+	cutover_committed, cutover_epoch, cancel_requested, error, attempts, created_at, updated_at`
 
 func scanMove(r pgx.CollectableRow) (Move, error) {
 	var m Move
 	err := r.Scan(&m.ID, &m.JobID, &m.ColocationID, &m.ShardIndex, &m.ShardIDs, &m.ShardTables, &m.SourceGroup,
 		&m.TargetGroup, &m.Phase, &m.BytesTotal, &m.BytesCopied, &m.SourceLSN, &m.AppliedLSN,
-		&m.CutoverCommitted, &m.CancelRequested, &m.Error, &m.Attempts, &m.CreatedAt, &m.UpdatedAt)
+		&m.CutoverCommitted, &m.CutoverEpoch, &m.CancelRequested, &m.Error, &m.Attempts, &m.CreatedAt, &m.UpdatedAt)
 	return m, err
 }
 
@@ -308,9 +310,24 @@ func (c *Catalog) journalInstalled(ctx context.Context) (bool, error) {
 
 // SetPhase moves a move from one phase to another, and logs the change, in
 // one transaction. It fails with ErrPhaseConflict when the move is not in
-// phase from. errText is stored in moves.error (empty clears it).
+// phase from. errText is stored in moves.error (empty clears it). Movers use
+// SetPhaseLeased; SetPhase is for tools that hold no lease.
 func (c *Catalog) SetPhase(ctx context.Context, id int64, from, to, msg, errText string) error {
+	return c.SetPhaseLeased(ctx, nil, id, from, to, msg, errText)
+}
+
+// SetPhaseLeased is SetPhase for the holder of the move's lease: in the
+// same transaction it checks that the lease's session still holds the
+// move's lock, and fails with ErrLeaseLost otherwise, so a mover that lost
+// its lease (a coordinator restart, a cut connection) can never change a
+// move another mover may be running.
+func (c *Catalog) SetPhaseLeased(ctx context.Context, lease *Lease, id int64, from, to, msg, errText string) error {
 	return pgx.BeginTxFunc(ctx, c.pool, pgx.TxOptions{}, func(tx pgx.Tx) error {
+		if lease != nil {
+			if err := lease.checkTx(ctx, tx); err != nil {
+				return err
+			}
+		}
 		return setPhaseTx(ctx, tx, id, from, to, msg, errText)
 	})
 }
@@ -434,6 +451,10 @@ type CutoverFlip struct {
 	// its lease (and whose prepared transaction another mover may be
 	// settling) can never flip.
 	Lease *Lease
+	// Epoch is the move's cutover_epoch read before the fence was
+	// prepared. The decision is refused when it changed: the attempt was
+	// settled (rolled back) while the decision was on its way.
+	Epoch int64
 }
 
 // CommitCutover is step 5 of DESIGN.md 5.1: in one coordinator transaction
@@ -442,18 +463,27 @@ type CutoverFlip struct {
 // drop of the old shards. Committing it is the decision.
 //
 // An error that leaves the outcome unknown (the connection broke during
-// COMMIT) is returned as is; the caller must then read the move again.
+// COMMIT, or its reply is late) is returned as is; the caller must then
+// settle the outcome with SettleDecision, never with a plain read.
+//
+// The transaction names itself (application_name decisionName(id)) before
+// anything else, so SettleDecision can end it if it is still in flight.
 func (c *Catalog) CommitCutover(ctx context.Context, f CutoverFlip) error {
 	if c.flavor == Citus {
 		return invalidf("moves on Citus clusters are not supported yet; use Citus's citus_move_shard_placement")
 	}
 	return pgx.BeginTxFunc(ctx, c.pool, pgx.TxOptions{}, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SELECT set_config('application_name', $1, true)", decisionName(f.MoveID)); err != nil {
+			return err
+		}
 		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", metadataLockKey); err != nil {
 			return err
 		}
 		var phase string
 		var cancel bool
-		if err := tx.QueryRow(ctx, "SELECT phase, cancel_requested FROM shardmover.moves WHERE id = $1 FOR UPDATE", f.MoveID).Scan(&phase, &cancel); err != nil {
+		var epoch int64
+		if err := tx.QueryRow(ctx, "SELECT phase, cancel_requested, cutover_epoch FROM shardmover.moves WHERE id = $1 FOR UPDATE",
+			f.MoveID).Scan(&phase, &cancel, &epoch); err != nil {
 			return fmt.Errorf("lock move %d: %w", f.MoveID, err)
 		}
 		if phase != "cutover" {
@@ -462,16 +492,15 @@ func (c *Catalog) CommitCutover(ctx context.Context, f CutoverFlip) error {
 		if cancel {
 			return fmt.Errorf("%w: move %d was cancelled before its decision", ErrPhaseConflict, f.MoveID)
 		}
+		if epoch != f.Epoch {
+			return fmt.Errorf("%w: the cutover attempt of move %d was settled as rolled back before its decision arrived; nothing flipped",
+				ErrPhaseConflict, f.MoveID)
+		}
 		if f.Lease == nil {
 			return fmt.Errorf("commit cutover of move %d: no lease", f.MoveID)
 		}
-		var held bool
-		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted
-			AND classid = $1 AND objid = $2 AND objsubid = 2 AND pid = $3)`, uint32(moveLockClass), uint32(int32(f.MoveID)), f.Lease.pid).Scan(&held); err != nil {
+		if err := f.Lease.checkTx(ctx, tx); err != nil {
 			return err
-		}
-		if !held {
-			return fmt.Errorf("%w: the mover lost its lease on move %d; nothing flipped", ErrPhaseConflict, f.MoveID)
 		}
 		tag, err := tx.Exec(ctx, `UPDATE shardmover_catalog.pg_dist_placement SET groupid = $3
 			WHERE shardid = ANY($1) AND groupid = $2`, f.ShardIDs, f.SourceGroup, f.TargetGroup)
@@ -498,6 +527,66 @@ func (c *Catalog) CommitCutover(ctx context.Context, f CutoverFlip) error {
 	})
 }
 
+// decisionName is the application_name of a move's decision transaction.
+func decisionName(moveID int64) string { return fmt.Sprintf("shardmover_decide_%d", moveID) }
+
+// Settlement is the settled outcome of a move's cutover decision.
+type Settlement struct {
+	// Committed: the decision committed; the fence must be committed (and
+	// re-established if it is gone).
+	Committed bool
+	// Epoch is the move's cutover_epoch after settling; a new attempt
+	// prepares under it.
+	Epoch int64
+}
+
+// SettleDecision settles whether move id's cutover decision committed, in
+// a way that cannot miss a decision still in flight (DESIGN.md 5.1's
+// recovery rule). It first ends any session still running the move's
+// decision (pg_terminate_backend waits for it to exit: a terminated
+// transaction never commits later), then takes the move row's lock, which
+// a decision holds until it ends, and reads cutover_committed. When the
+// decision did not commit it bumps cutover_epoch in the same transaction,
+// so a decision delayed on the network that arrives later is refused.
+//
+// Only the holder of the move's lease (or a recoverer that took it) may
+// call it. A move that does not exist settles as not committed.
+func (c *Catalog) SettleDecision(ctx context.Context, id int64) (Settlement, error) {
+	var st Settlement
+	if _, err := c.pool.Exec(ctx, `SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity
+		WHERE application_name = $1 AND pid <> pg_backend_pid()`, decisionName(id)); err != nil {
+		if ctx.Err() != nil || IsUnknownOutcome(err) {
+			return st, fmt.Errorf("end the in-flight decision of move %d: %w", id, err)
+		}
+		// Not allowed to signal it (no pg_signal_backend): the row lock
+		// below still waits for it, only without the shortcut.
+		c.log.Warn("could not end an in-flight cutover decision", zap.Int64("move_id", id), zap.Error(err))
+	}
+	err := pgx.BeginTxFunc(ctx, c.pool, pgx.TxOptions{}, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = '10s'"); err != nil {
+			return err
+		}
+		err := tx.QueryRow(ctx, "SELECT cutover_committed, cutover_epoch FROM shardmover.moves WHERE id = $1 FOR UPDATE", id).
+			Scan(&st.Committed, &st.Epoch)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("lock move %d: %w", id, err)
+		}
+		if st.Committed {
+			return nil
+		}
+		st.Epoch++
+		_, err = tx.Exec(ctx, "UPDATE shardmover.moves SET cutover_epoch = $2, updated_at = now() WHERE id = $1", id, st.Epoch)
+		return err
+	})
+	if err != nil {
+		return Settlement{}, fmt.Errorf("settle the cutover decision of move %d: %w", id, err)
+	}
+	return st, nil
+}
+
 // IsUnknownOutcome reports whether err may have come after the server
 // committed (a broken connection during COMMIT).
 func IsUnknownOutcome(err error) bool {
@@ -517,6 +606,8 @@ func IsUnknownOutcome(err error) bool {
 type Lease struct {
 	conn   *pgx.Conn
 	pid    uint32
+	class  int32
+	key    int32
 	MoveID int64
 }
 
@@ -553,12 +644,50 @@ func (c *Catalog) TryLock(ctx context.Context, class, id int32) (*Lease, bool, e
 		conn.Close(ctx)
 		return nil, false, nil
 	}
-	return &Lease{conn: conn, pid: conn.PgConn().PID(), MoveID: int64(id)}, true, nil
+	return &Lease{conn: conn, pid: conn.PgConn().PID(), class: class, key: id, MoveID: int64(id)}, true, nil
 }
+
+// ErrLeaseLost means a lease's session no longer holds its lock (its
+// connection broke, or the coordinator restarted): whoever held it must stop
+// acting on what it guarded.
+var ErrLeaseLost = errors.New("lease lost")
 
 // Alive reports whether the lease's connection still holds the lock.
 func (l *Lease) Alive(ctx context.Context) bool {
-	return l.conn.Ping(ctx) == nil
+	return l.Held(ctx) == nil
+}
+
+// Held checks, on the lease's own connection, that its session still holds
+// the lock; it returns ErrLeaseLost (wrapped) when it does not or when the
+// connection is gone.
+func (l *Lease) Held(ctx context.Context) error {
+	if l.conn == nil {
+		return fmt.Errorf("%w: lock %d/%d is not held", ErrLeaseLost, l.class, l.key)
+	}
+	var held bool
+	err := l.conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted
+		AND classid = $1 AND objid = $2 AND objsubid = 2 AND pid = pg_backend_pid())`, uint32(l.class), uint32(l.key)).Scan(&held)
+	if err != nil {
+		return fmt.Errorf("%w: lock %d/%d: %v", ErrLeaseLost, l.class, l.key, err)
+	}
+	if !held {
+		return fmt.Errorf("%w: lock %d/%d is no longer held", ErrLeaseLost, l.class, l.key)
+	}
+	return nil
+}
+
+// checkTx checks, inside a coordinator transaction, that the lease's
+// session still holds its lock.
+func (l *Lease) checkTx(ctx context.Context, tx pgx.Tx) error {
+	var held bool
+	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted
+		AND classid = $1 AND objid = $2 AND objsubid = 2 AND pid = $3)`, uint32(l.class), uint32(l.key), l.pid).Scan(&held); err != nil {
+		return err
+	}
+	if !held {
+		return fmt.Errorf("%w: the session holding lock %d/%d (move %d) is gone; nothing changed", ErrLeaseLost, l.class, l.key, l.MoveID)
+	}
+	return nil
 }
 
 // Release gives the lock up. It unlocks before closing the connection:
@@ -566,6 +695,9 @@ func (l *Lease) Alive(ctx context.Context) bool {
 // moment later, and whoever takes the lock next (this process's next
 // step, often) must not find it still held.
 func (l *Lease) Release(ctx context.Context) {
+	if l.conn == nil {
+		return
+	}
 	_, _ = l.conn.Exec(ctx, "SELECT pg_advisory_unlock_all()")
 	_ = l.conn.Close(ctx)
 }
@@ -592,3 +724,8 @@ func (c *Catalog) SetJobState(ctx context.Context, id int64, state string) error
 	_, err := c.pool.Exec(ctx, "UPDATE shardmover.jobs SET state = $2 WHERE id = $1", id, state)
 	return err
 }
+
+// DeadLease is a lease that holds nothing: what a mover keeps after losing
+// its lease while the coordinator cannot be reached. Held reports it lost;
+// Release does nothing.
+func DeadLease(moveID int64) *Lease { return &Lease{MoveID: moveID, class: moveLockClass, key: int32(moveID)} }

@@ -6,6 +6,7 @@ import (
 	"net"
 	"sort"
 	"strconv"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -272,4 +273,58 @@ func (e *invalidError) Is(target error) bool { return target == ErrInvalid }
 
 func invalidf(format string, args ...any) error {
 	return &invalidError{msg: fmt.Sprintf(format, args...)}
+}
+
+// QualifiedName renders a schema-qualified name with both parts quoted
+// ("schema"."name"): the form in which the journal stores shard table names,
+// so that a dot inside a name can never be mistaken for the separator.
+func QualifiedName(id pgx.Identifier) string { return id.Sanitize() }
+
+// ParseQualifiedName reads a QualifiedName back into its parts. Text that
+// does not start with a double quote is the journal's older form,
+// schema.name unquoted, split at its first dot.
+func ParseQualifiedName(s string) (pgx.Identifier, error) {
+	if !strings.HasPrefix(s, `"`) {
+		schema, name, ok := strings.Cut(s, ".")
+		if !ok {
+			return nil, fmt.Errorf("%q is not a schema-qualified name", s)
+		}
+		return pgx.Identifier{schema, name}, nil
+	}
+	var parts pgx.Identifier
+	rest := s
+	for {
+		if !strings.HasPrefix(rest, `"`) {
+			return nil, fmt.Errorf("%q is not a quoted schema-qualified name", s)
+		}
+		var b strings.Builder
+		i := 1
+		for {
+			j := strings.IndexByte(rest[i:], '"')
+			if j < 0 {
+				return nil, fmt.Errorf("%q has an unterminated quoted name", s)
+			}
+			b.WriteString(rest[i : i+j])
+			i += j + 1
+			if i < len(rest) && rest[i] == '"' { // "" is a quote inside the name
+				b.WriteByte('"')
+				i++
+				continue
+			}
+			break
+		}
+		parts = append(parts, b.String())
+		rest = rest[i:]
+		if rest == "" {
+			break
+		}
+		if rest[0] != '.' {
+			return nil, fmt.Errorf("%q is not a quoted schema-qualified name", s)
+		}
+		rest = rest[1:]
+	}
+	if len(parts) != 2 {
+		return nil, fmt.Errorf("%q has %d parts, want schema and name", s, len(parts))
+	}
+	return parts, nil
 }

@@ -4,27 +4,35 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
+	"time"
 
+	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 	"go.uber.org/zap"
 
+	"github.com/shardmover/shardmover/internal/pgsql"
 	"github.com/shardmover/shardmover/metadata"
 	"github.com/shardmover/shardmover/replication"
 )
 
-// cleanup finishes a decided move: the fence is committed (again, in case a
-// crash came between the decision and COMMIT PREPARED), the applier stops,
-// and the slot, publication and origin are dropped. The old shards stay,
-// recorded for a deferred drop.
+// cleanup finishes a decided move: the fence is settled again (a crash may
+// have come between the decision and COMMIT PREPARED) and re-established if
+// it is gone, the applier stops, and the slot, publication and origin are
+// dropped. The old shards stay, recorded for a deferred drop.
+//
+// When the fence had to be re-established, the source took writes after
+// the decision (someone rolled the fence back): before the slot is dropped,
+// the applier carries everything up to the re-fence over to the target, and
+// a conflict there fails loudly instead of losing those writes silently.
 func (r *run) cleanup(ctx context.Context, m metadata.Move) error {
-	src, err := r.e.connect(ctx, r.source)
+	_, refenced, err := r.settle(ctx, m)
 	if err != nil {
 		return err
 	}
-	defer src.Close(ctx)
-	if err := settlePrepared(ctx, src, m.Name(), true); err != nil {
-		return fmt.Errorf("commit fence: %w", err)
+	if refenced {
+		if err := r.carryOver(ctx, m); err != nil {
+			return fmt.Errorf("the source of move %d took writes after the decision (its fence had been rolled back); carrying them to the target failed: %w; the slot is kept so nothing is lost, see `shardmover jobs show`", m.ID, err)
+		}
 	}
 	r.stopStream()
 	if err := r.dropArtifacts(ctx, m, metadata.CleanupAlways); err != nil {
@@ -37,49 +45,109 @@ func (r *run) cleanup(ctx context.Context, m metadata.Move) error {
 	return nil
 }
 
-// fail ends a move that has not reached its decision: everything it created
-// is dropped and the source serves as before.
-func (r *run) fail(ctx context.Context, m metadata.Move, p Phase, cause error) error {
-	r.log.Error("move failed", zap.String("phase", p.String()), zap.Error(cause))
-	if err := r.abort(ctx, m, p, Failed, cause.Error()); err != nil && !errors.Is(err, errAborted) {
-		return fmt.Errorf("%w (and cleaning up after it failed: %v; `shardmover cleanup` finishes it)", cause, err)
+// carryOver applies the slot up to the source's current WAL position.
+func (r *run) carryOver(ctx context.Context, m metadata.Move) error {
+	src, err := r.e.connect(ctx, r.source)
+	if err != nil {
+		return err
 	}
-	return cause
+	defer src.Close(context.WithoutCancel(ctx))
+	var lsnText string
+	if err := src.QueryRow(ctx, "SELECT pg_current_wal_insert_lsn()::text").Scan(&lsnText); err != nil {
+		return err
+	}
+	lsn, err := pglogrepl.ParseLSN(lsnText)
+	if err != nil {
+		return err
+	}
+	if err := flushWAL(ctx, src); err != nil {
+		return err
+	}
+	if err := r.startStream(ctx, m); err != nil {
+		return err
+	}
+	wctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	if err := r.stream.WaitFor(wctx, lsn); err != nil {
+		if serr := r.streamErr(); serr != nil {
+			return serr
+		}
+		return err
+	}
+	return nil
 }
 
-var errAborted = errors.New("move aborted")
+// fail ends a move that has not reached its decision: everything it created
+// is dropped and the source serves as before. The move is marked failed even
+// when something cannot be dropped now (a node is down): its records stay,
+// and `shardmover cleanup` drops them once the node is back.
+func (r *run) fail(ctx context.Context, m metadata.Move, p Phase, cause error) error {
+	r.log.Error("move failed", zap.String("phase", p.String()), zap.Error(cause))
+	err := r.abort(ctx, m, p, Failed, cause.Error())
+	switch {
+	case errors.Is(err, errPastDecision):
+		return err
+	case err != nil && !errors.Is(err, errAborted):
+		cause = fmt.Errorf("%w (and cleaning up after it: %v; `shardmover cleanup` finishes that)", cause, err)
+	}
+	if p <= Preflight {
+		return cause // nothing was created: a refusal keeps its class
+	}
+	return &moveFailedError{id: m.ID, cause: cause}
+}
+
+// moveFailedError is a move that failed after it created something. It
+// does not unwrap to the cause's class: a node that became unreachable
+// mid-move is a failure (exit code 1), not a refused request.
+type moveFailedError struct {
+	id    int64
+	cause error
+}
+
+func (e *moveFailedError) Error() string { return e.cause.Error() }
+
+var (
+	errAborted      = errors.New("move aborted")
+	errPastDecision = errors.New("move is past its cutover decision")
+)
 
 // abort rolls a move back before its decision and records the end phase.
+// The decision is settled first, so that a decision in flight is never
+// rolled back under it; a move found past its decision goes on to cleanup
+// instead. The end phase is recorded before the artifacts are dropped, so
+// that a drop that fails leaves a finished move whose records `shardmover
+// cleanup` sweeps.
 func (r *run) abort(ctx context.Context, m metadata.Move, p Phase, end Phase, why string) error {
-	if m.CutoverCommitted {
-		return fmt.Errorf("move %d is past its decision; it cannot be %s", m.ID, end)
-	}
 	ctx = context.WithoutCancel(ctx)
 	r.stopStream()
 	if r.snapshot != nil {
 		_ = r.snapshot.Release(ctx)
 		r.snapshot = nil
 	}
-	if r.source.ID != 0 {
-		if src, err := r.e.connect(ctx, r.source); err == nil {
-			err := settlePrepared(ctx, src, m.Name(), false)
-			src.Close(ctx)
-			if err != nil {
-				return err
-			}
+	if p >= Cutover || m.CutoverCommitted {
+		// A fence may exist: settle the decision first. Once settled as
+		// not committed no decision can commit any more, so the fence can
+		// be rolled back later (dropArtifacts below, or recovery once the
+		// source is back).
+		st, err := r.e.cat.SettleDecision(ctx, m.ID)
+		if err != nil {
+			return err
 		}
-	}
-	if err := r.dropArtifacts(ctx, m, metadata.CleanupAlways, metadata.CleanupOnFailure); err != nil {
-		return err
+		if st.Committed {
+			return fmt.Errorf("%w: move %d cannot be %s; it finishes instead", errPastDecision, m.ID, end)
+		}
 	}
 	errText := ""
 	if end == Failed {
 		errText = why
 	}
-	if err := r.e.cat.SetPhase(ctx, m.ID, p.String(), end.String(), why, errText); err != nil {
+	if err := r.setPhase(ctx, m.ID, p, end, why, errText); err != nil {
 		return err
 	}
 	r.log.Info("phase changed", zap.String("from", p.String()), zap.String("phase", end.String()), zap.String("why", why))
+	if err := r.dropArtifacts(ctx, m, metadata.CleanupAlways, metadata.CleanupOnFailure); err != nil {
+		return err
+	}
 	if end == Cancelled {
 		return fmt.Errorf("%w: move %d cancelled", errAborted, m.ID)
 	}
@@ -139,16 +207,20 @@ func (e *Engine) dropOne(ctx context.Context, n metadata.Node, rec metadata.Clea
 	case "origin":
 		err = replication.DropOrigin(ctx, conn, rec.Name)
 	case "prepared":
-		committed := false
-		if rec.MoveID != nil {
-			if m, merr := e.cat.Move(ctx, *rec.MoveID); merr == nil {
-				committed = m.CutoverCommitted
-			}
+		// The fences of the move (any epoch), settled by the recovery rule.
+		id, _, ok := parseFenceGID(rec.Name)
+		if !ok {
+			return fmt.Errorf("cleanup record %d names no move's fence: %q", rec.ID, rec.Name)
 		}
-		err = settlePrepared(ctx, conn, rec.Name, committed)
+		var st metadata.Settlement
+		if st, err = e.cat.SettleDecision(ctx, id); err == nil {
+			_, err = settleFences(ctx, conn, id, st)
+		}
 	case "table":
-		schema, name, _ := strings.Cut(rec.Name, ".")
-		_, err = conn.Exec(ctx, "DROP TABLE IF EXISTS "+pgx.Identifier{schema, name}.Sanitize())
+		var id pgx.Identifier
+		if id, err = metadata.ParseQualifiedName(rec.Name); err == nil {
+			_, err = pgsql.ExecOne(ctx, conn, "DROP TABLE IF EXISTS "+id.Sanitize())
+		}
 	default:
 		return fmt.Errorf("unknown cleanup object type %q", rec.ObjectType)
 	}

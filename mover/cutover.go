@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/shardmover/shardmover/internal/ctxtime"
+	"github.com/shardmover/shardmover/internal/pgsql"
 	"github.com/shardmover/shardmover/metadata"
 )
 
@@ -19,24 +20,44 @@ import (
 // within its bound.
 var errPauseExceeded = errors.New("write pause bound reached")
 
-// cutover is DESIGN.md 5.1. On entry (also after a restart) it first settles
-// a prepared transaction a previous attempt may have left: the journal says
-// not committed (the phase is still cutover), so it is rolled back.
+// cutover is DESIGN.md 5.1. On entry (also after a restart) it first
+// settles whatever an earlier attempt may have left: the decision by a read
+// that waits for one in flight, then the fences to match. A decision found
+// committed sends the move on to cleanup; otherwise the attempt below
+// prepares under the freshly bumped epoch.
 func (r *run) cutover(ctx context.Context, m metadata.Move) error {
-	gid := m.Name()
+	st, _, err := r.settle(ctx, m)
+	if err != nil {
+		return err
+	}
+	if st.Committed {
+		return metadata.ErrPhaseConflict // re-read: the move is past its decision
+	}
+	m.CutoverEpoch = st.Epoch
 	src, err := r.e.connect(ctx, r.source)
 	if err != nil {
 		return err
 	}
 	defer src.Close(context.WithoutCancel(ctx))
-	if err := settlePrepared(ctx, src, gid, false); err != nil {
+	// A second session flushes the source's WAL at the recorded position
+	// (step 2): opened now, not inside the pause.
+	flush, err := r.e.connect(ctx, r.source)
+	if err != nil {
 		return err
 	}
+	defer flush.Close(context.WithoutCancel(ctx))
+	// And one on the target, to compare definitions and finish identity
+	// columns under the lock.
+	dst, err := r.e.connect(ctx, r.target)
+	if err != nil {
+		return err
+	}
+	defer dst.Close(context.WithoutCancel(ctx))
 	if err := r.startStream(ctx, m); err != nil {
 		return err
 	}
 
-	err = r.tryCutover(ctx, m, src)
+	err = r.tryCutover(ctx, m, cutoverConns{src: src, flush: flush, dst: dst})
 	switch {
 	case err == nil:
 		r.cutoverBackoff = r.e.cfg.CutoverBackoff
@@ -47,7 +68,7 @@ func (r *run) cutover(ctx context.Context, m metadata.Move) error {
 		wait := r.cutoverBackoff
 		r.cutoverBackoff = min(2*r.cutoverBackoff, r.e.cfg.CutoverMaxBackoff)
 		r.log.Warn("cutover rolled back", zap.Error(err), zap.Duration("retry_in", wait))
-		if err := r.e.cat.SetPhase(ctx, m.ID, Cutover.String(), CatchingUp.String(),
+		if err := r.setPhase(ctx, m.ID, Cutover, CatchingUp,
 			fmt.Sprintf("cutover rolled back (%v); retry in %s", err, wait), ""); err != nil {
 			return err
 		}
@@ -57,14 +78,16 @@ func (r *run) cutover(ctx context.Context, m metadata.Move) error {
 }
 
 func isLockTimeout(err error) bool {
-	return err != nil && (strings.Contains(err.Error(), "SQLSTATE 55P03") || strings.Contains(err.Error(), "lock timeout"))
+	return pgCode(err) == "55P03"
 }
 
 // tryCutover runs one attempt. Errors before PREPARE abort the transaction
-// (the connection's deferred close rolls it back); after PREPARE, a failed
-// decision rolls the prepared transaction back unless its outcome is
-// unknown, in which case it is left for the recovery rule.
-func (r *run) tryCutover(ctx context.Context, m metadata.Move, src *pgx.Conn) error {
+// (the connection's deferred close rolls it back). After PREPARE, a decision
+// that fails or whose reply is lost is settled (settle): the decision's
+// outcome is read in a way that cannot miss it in flight, and the fence is
+// committed or rolled back to match, retrying until that is done.
+func (r *run) tryCutover(ctx context.Context, m metadata.Move, c cutoverConns) error {
+	src := c.src
 	tables := shardIdents(m)
 	names := make([]string, len(tables))
 	for i, t := range tables {
@@ -74,32 +97,43 @@ func (r *run) tryCutover(ctx context.Context, m metadata.Move, src *pgx.Conn) er
 		return err
 	}
 	budget := r.e.cfg.MaxWritePause
-	tx, err := src.Begin(ctx)
+	// Everything up to the fence is bounded too: a message to the source
+	// that is lost must not hang the attempt (its connection is closed,
+	// which ends the transaction and its lock on the server).
+	preCtx, cancelPre := context.WithTimeout(ctx, budget+10*time.Second)
+	defer cancelPre()
+	tx, err := src.Begin(preCtx)
 	if err != nil {
 		return err
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
 	// The lock wait counts against the pause: writers queue behind it.
 	lockWait := budget / 4
-	if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = '%dms'", lockWait.Milliseconds())); err != nil {
+	if _, err := tx.Exec(preCtx, "SELECT set_config('lock_timeout', $1, true)", fmt.Sprintf("%dms", lockWait.Milliseconds())); err != nil {
 		return err
 	}
 	pauseStart := time.Now()
-	if _, err := tx.Exec(ctx, "LOCK TABLE "+strings.Join(names, ", ")+" IN EXCLUSIVE MODE"); err != nil {
+	if _, err := pgsql.ExecOne(preCtx, tx.Conn(), "LOCK TABLE "+strings.Join(names, ", ")+" IN EXCLUSIVE MODE"); err != nil {
 		return fmt.Errorf("lock source shards: %w", err)
 	}
 	// The insert position, not pg_current_wal_lsn() (the write position):
 	// with synchronous_commit = off a commit is acknowledged before its WAL
 	// is written, so only the insert position is sure to be past every
-	// acknowledged commit. (The WAL writer flushes it within
-	// wal_writer_delay; the applier then sees it.)
+	// acknowledged commit.
 	var lsnText string
-	if err := tx.QueryRow(ctx, "SELECT pg_current_wal_insert_lsn()::text").Scan(&lsnText); err != nil {
+	if err := tx.QueryRow(preCtx, "SELECT pg_current_wal_insert_lsn()::text").Scan(&lsnText); err != nil {
 		return err
 	}
 	lsn, err := pglogrepl.ParseLSN(lsnText)
 	if err != nil {
 		return err
+	}
+	// Flush it now rather than waiting for the WAL writer (which, on an
+	// idle source, may not come for a long while): a transaction with an xid
+	// committed with synchronous_commit = on flushes everything before its
+	// commit record.
+	if err := flushWAL(preCtx, c.flush); err != nil {
+		return fmt.Errorf("flush the source's WAL: %w", err)
 	}
 	if err := r.cutoverHook("locked"); err != nil {
 		return err
@@ -125,23 +159,36 @@ func (r *run) tryCutover(ctx context.Context, m metadata.Move, src *pgx.Conn) er
 	// half: the remaining steps run to their end or their own deadline.
 	fenceCtx, cancelFence := context.WithDeadline(context.WithoutCancel(ctx), pauseStart.Add(budget+5*time.Second))
 	defer cancelFence()
+	// The target's transaction finishing identity columns commits only
+	// after the decision: until then the applier may still need to write
+	// explicit values, and a rolled-back attempt leaves the target as it
+	// was. Writers that reach the target once placements flip wait for it.
+	dtx, err := c.dst.Begin(fenceCtx)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = dtx.Rollback(context.WithoutCancel(ctx)) }()
+	if err := r.compareDefinitions(fenceCtx, m, tx, dtx); err != nil {
+		return err
+	}
 	// Fence: rename the old shards inside the locking transaction.
 	var old []string
 	for _, t := range tables {
 		moved := movedName(t[1], m.ID)
-		if _, err := tx.Exec(fenceCtx, "ALTER TABLE "+t.Sanitize()+" RENAME TO "+pgx.Identifier{moved}.Sanitize()); err != nil {
+		if _, err := pgsql.ExecOne(fenceCtx, tx.Conn(), "ALTER TABLE "+t.Sanitize()+" RENAME TO "+pgx.Identifier{moved}.Sanitize()); err != nil {
 			return fmt.Errorf("fence %s: %w", t.Sanitize(), err)
 		}
-		old = append(old, t[0]+"."+moved)
+		old = append(old, metadata.QualifiedName(pgx.Identifier{t[0], moved}))
 	}
 	if time.Since(pauseStart) > budget {
 		return fmt.Errorf("%w: %s before prepare", errPauseExceeded, time.Since(pauseStart).Round(time.Millisecond))
 	}
-	if _, err := tx.Exec(fenceCtx, "PREPARE TRANSACTION "+quoteLiteral(m.Name())); err != nil {
-		// It may have been prepared all the same: undo it, or leave it to
-		// the recovery rule (which rolls it back: nothing was decided).
+	gid := fenceGID(m.ID, m.CutoverEpoch)
+	if _, err := pgsql.ExecOne(fenceCtx, tx.Conn(), "PREPARE TRANSACTION "+quoteLiteral(gid)); err != nil {
+		// It may have been prepared all the same. No decision was sent for
+		// this epoch, so rolling it back is safe.
 		_ = tx.Rollback(fenceCtx)
-		_ = settlePrepared(fenceCtx, src, m.Name(), false)
+		_, _ = settlePrepared(fenceCtx, src, gid, false)
 		return fmt.Errorf("prepare fence on %s: %w", r.source.Addr(), err)
 	}
 	if err := r.cutoverHook("prepared"); err != nil {
@@ -152,39 +199,104 @@ func (r *run) tryCutover(ctx context.Context, m metadata.Move, src *pgx.Conn) er
 	decideCtx, cancel := context.WithDeadline(context.WithoutCancel(ctx), pauseStart.Add(budget))
 	err = r.e.cat.CommitCutover(decideCtx, metadata.CutoverFlip{
 		MoveID: m.ID, ShardIDs: m.ShardIDs, SourceGroup: m.SourceGroup, TargetGroup: m.TargetGroup,
-		OldTables: old, Lease: r.lease,
+		OldTables: old, Lease: r.lease, Epoch: m.CutoverEpoch,
 	})
 	cancel()
 	if err != nil {
-		// Did the decision commit anyway? Ask the journal.
-		cur, rerr := r.e.cat.Move(context.WithoutCancel(ctx), m.ID)
-		if rerr != nil {
-			// Unknown: leave the prepared transaction; the recovery rule
-			// settles it once the journal can be read.
-			return fmt.Errorf("cutover decision of move %d unknown (%v); the source stays fenced until recovery: %w", m.ID, rerr, err)
+		// Failed, timed out, or lost on the way back: only a settlement
+		// that waits for a decision in flight can say which.
+		r.log.Warn("cutover decision failed or unknown; settling it", zap.Error(err))
+		st, _, serr := r.settle(ctx, m)
+		if serr != nil {
+			return serr
 		}
-		if !cur.CutoverCommitted {
-			if rbErr := settlePrepared(context.WithoutCancel(ctx), src, m.Name(), false); rbErr != nil {
-				return fmt.Errorf("roll back fence after failed decision: %w (decision error: %v)", rbErr, err)
-			}
+		if !st.Committed {
 			if errors.Is(err, context.DeadlineExceeded) {
 				return fmt.Errorf("%w: decision not committed within the pause", errPauseExceeded)
 			}
 			return fmt.Errorf("cutover decision: %w", err)
 		}
+		// Committed after all; settle committed the fence.
+		r.log.Info("cutover decision committed after all")
+		if err := dtx.Commit(context.WithoutCancel(ctx)); err != nil {
+			r.log.Error("finishing identity columns on the target failed after the decision; cleanup finishes them", zap.Error(err))
+		}
+	} else {
+		if err := r.cutoverHook("decided"); err != nil {
+			return err
+		}
+		if err := dtx.Commit(context.WithoutCancel(ctx)); err != nil {
+			r.log.Error("finishing identity columns on the target failed after the decision; cleanup finishes them", zap.Error(err))
+		}
+		if _, err := settlePrepared(context.WithoutCancel(ctx), src, gid, true); err != nil {
+			// The decision stands; cleanup settles the fence again.
+			return fmt.Errorf("commit fence: %w", err)
+		}
 	}
 	pause := time.Since(pauseStart)
-	if err := r.cutoverHook("decided"); err != nil {
-		return err
-	}
-	if err := settlePrepared(context.WithoutCancel(ctx), src, m.Name(), true); err != nil {
-		// The decision stands; cleanup settles the fence again.
-		return fmt.Errorf("commit fence: %w", err)
-	}
-	r.log.Info("cutover committed", zap.Duration("write_pause", time.Since(pauseStart)), zap.Stringer("lsn", lsn))
+	r.log.Info("cutover committed", zap.Duration("write_pause", pause), zap.Stringer("lsn", lsn))
 	r.recordPause(m.ID, pause)
 	r.stopStream()
 	return r.hook(Cutover)
+}
+
+// cutoverConns are the sessions a cutover attempt uses, opened before its
+// pause: the source session that locks, fences and prepares; a second
+// source session that flushes WAL; a target session.
+type cutoverConns struct {
+	src, flush, dst *pgx.Conn
+}
+
+// errDefinitionChanged: a shard's definition differs between source and
+// target at the cutover. Permanent: the move fails and the group stays on
+// its source.
+type errDefinitionChanged struct{ msg string }
+
+func (e *errDefinitionChanged) Error() string { return e.msg }
+
+// compareDefinitions reads each shard's definition on the source inside the
+// locked transaction (so nothing can change it until the decision) and on
+// the target, and refuses the cutover when they differ: DDL is not
+// replicated, so a column, index or constraint added during the move would
+// otherwise be missing on the target without a word. It then queues, in
+// the target transaction dtx, what finishes the target's identity columns
+// (the source's kind and sequence position, read under the lock).
+func (r *run) compareDefinitions(ctx context.Context, m metadata.Move, tx, dtx pgx.Tx) error {
+	for _, t := range shardIdents(m) {
+		want, err := metadata.ReadTableDDL(ctx, tx, t)
+		if err != nil {
+			return fmt.Errorf("read the definition of %s on the source: %w", t.Sanitize(), err)
+		}
+		got, err := metadata.ReadTableDDL(ctx, dtx, t)
+		if err != nil {
+			return fmt.Errorf("read the definition of %s on the target: %w", t.Sanitize(), err)
+		}
+		if diff := want.Diff(got); diff != "" {
+			return permanent(&errDefinitionChanged{msg: fmt.Sprintf(
+				"shard table %s changed on the source during the move (%s); schema changes are not replicated, so the move fails and the group stays on its source: move it again to copy the new definition",
+				t.Sanitize(), diff)})
+		}
+		for _, stmt := range want.FinishStatements(t) {
+			if _, err := pgsql.ExecOne(ctx, dtx.Conn(), stmt); err != nil {
+				return fmt.Errorf("finish identity columns of %s on the target: %w", t.Sanitize(), err)
+			}
+		}
+	}
+	return nil
+}
+
+// flushWAL commits a transaction with an xid and synchronous_commit = on
+// on conn, which flushes the server's WAL up to its commit record.
+func flushWAL(ctx context.Context, conn *pgx.Conn) error {
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	if _, err := tx.Exec(ctx, "SELECT set_config('synchronous_commit', 'on', true), txid_current()"); err != nil {
+		return err
+	}
+	return tx.Commit(ctx)
 }
 
 func (r *run) recordPause(id int64, d time.Duration) {

@@ -202,7 +202,7 @@ func resolve(cl *metadata.Cluster, r Request) (metadata.MoveSpec, error) {
 	var tables []string
 	for _, id := range group.ShardIDs {
 		s := shardByID[id]
-		tables = append(tables, s.Schema+"."+s.Name())
+		tables = append(tables, metadata.QualifiedName(s.Ident()))
 	}
 	return metadata.MoveSpec{Group: *group, ShardTables: tables, SourceGroup: group.GroupID, TargetGroup: target.GroupID}, nil
 }
@@ -243,9 +243,13 @@ func (e *Engine) dsn(n metadata.Node) string {
 	return e.cat.NodeSettings(n.Host, n.Port).String()
 }
 
-// Recover settles every prepared transaction named shardmover_<moveid> on
-// every node by the recovery rule: COMMIT PREPARED when the journal says the
-// move's cutover is committed, ROLLBACK PREPARED otherwise. It runs at every
+// Recover settles every fence (prepared transaction shardmover_<moveid>_<epoch>)
+// on every node by the recovery rule: the move's decision is settled by a
+// read that cannot miss one in flight (metadata.SettleDecision), then the
+// fence of a committed decision is committed and every other rolled back.
+// A node that cannot be reached is skipped with a warning (its fences stay
+// until it is back and a later Recover, cleanup or the move itself settles
+// them): one node down must not stop every other move. It runs at every
 // mover start.
 func (e *Engine) Recover(ctx context.Context) error {
 	nodes, err := e.nodes(ctx)
@@ -263,7 +267,12 @@ func (e *Engine) Recover(ctx context.Context) error {
 		if !n.IsActive {
 			continue
 		}
-		if err := e.recoverNode(ctx, n); err != nil {
+		err := e.recoverNode(ctx, n)
+		switch {
+		case err == nil:
+		case errors.Is(err, metadata.ErrUnreachable):
+			e.log.Warn("node unreachable; its prepared transactions are settled when it is back", zap.String("node", n.Addr()), zap.Error(err))
+		default:
 			errs = append(errs, fmt.Errorf("recover prepared transactions on %s: %w", n.Addr(), err))
 		}
 	}
@@ -276,21 +285,19 @@ func (e *Engine) recoverNode(ctx context.Context, n metadata.Node) error {
 		return err
 	}
 	defer conn.Close(ctx)
-	rows, err := conn.Query(ctx, "SELECT gid FROM pg_prepared_xacts WHERE gid LIKE 'shardmover\\_%' AND database = current_database() ORDER BY gid")
+	gids, err := fences(ctx, conn, 0)
 	if err != nil {
 		return err
 	}
-	gids, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return err
-	}
+	done := map[int64]bool{}
 	for _, gid := range gids {
-		var id int64
-		if _, err := fmt.Sscanf(gid, "shardmover_%d", &id); err != nil {
+		id, _, _ := parseFenceGID(gid)
+		if done[id] {
 			continue
 		}
+		done[id] = true
 		// A live mover holds its move's lease while it prepares and decides:
-		// its prepared transaction is not ours to settle.
+		// its fences are not ours to settle.
 		lease, ok, err := e.cat.TryLease(ctx, id)
 		if err != nil {
 			return err
@@ -298,36 +305,17 @@ func (e *Engine) recoverNode(ctx context.Context, n metadata.Node) error {
 		if !ok {
 			continue
 		}
-		committed := false
-		m, err := e.cat.Move(ctx, id)
-		switch {
-		case err == nil:
-			committed = m.CutoverCommitted
-		case errors.Is(err, metadata.ErrNotFound):
-		default:
-			lease.Release(ctx)
-			return err
+		st, err := e.cat.SettleDecision(ctx, id)
+		if err == nil {
+			_, err = settleFences(ctx, conn, id, st)
 		}
-		err = settlePrepared(ctx, conn, gid, committed)
 		lease.Release(ctx)
 		if err != nil {
 			return err
 		}
-		e.log.Info("settled prepared transaction", zap.String("gid", gid), zap.Bool("committed", committed), zap.String("node", n.Addr()))
+		e.log.Info("settled prepared transactions", zap.Int64("move_id", id), zap.Bool("committed", st.Committed), zap.String("node", n.Addr()))
 	}
 	return nil
-}
-
-func settlePrepared(ctx context.Context, conn *pgx.Conn, gid string, commit bool) error {
-	verb := "ROLLBACK PREPARED "
-	if commit {
-		verb = "COMMIT PREPARED "
-	}
-	_, err := conn.Exec(ctx, verb+quoteLiteral(gid))
-	if err != nil && strings.Contains(err.Error(), "does not exist") {
-		return nil
-	}
-	return err
 }
 
 func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }

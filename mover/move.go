@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
+	"hash/fnv"
+	"strconv"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
@@ -65,10 +67,37 @@ func (e *Engine) Run(ctx context.Context, id int64) error {
 			return err
 		}
 	}
-	defer lease.Release(context.WithoutCancel(ctx))
 	r := &run{e: e, id: id, lease: lease, log: e.log.With(zap.Int64("move_id", id)), cutoverBackoff: e.cfg.CutoverBackoff}
+	defer func() { r.lease.Release(context.WithoutCancel(ctx)) }()
 	defer r.close()
 	return r.loop(ctx)
+}
+
+// keepLease checks that the run still holds its move's lease. A lease lost
+// with its connection (a coordinator restart, a cut) is taken again if no
+// other mover took it meanwhile; if one did, the run stops with ErrLeased
+// and leaves the move to it.
+func (r *run) keepLease(ctx context.Context) error {
+	err := r.lease.Held(ctx)
+	if err == nil || ctx.Err() != nil {
+		return ctx.Err()
+	}
+	r.log.Warn("lost the move's lease; taking it again", zap.Error(err))
+	r.lease.Release(context.WithoutCancel(ctx))
+	r.stopStream()
+	l, ok, lerr := r.e.cat.TryLease(ctx, r.id)
+	if lerr != nil {
+		// The coordinator is unreachable: keep a dead lease, so the next
+		// check tries again.
+		r.lease = metadata.DeadLease(r.id)
+		return lerr
+	}
+	if !ok {
+		r.lease = metadata.DeadLease(r.id)
+		return fmt.Errorf("%w: move %d was taken over after this mover lost its lease", ErrLeased, r.id)
+	}
+	r.lease = l
+	return nil
 }
 
 func (r *run) close() {
@@ -79,15 +108,47 @@ func (r *run) close() {
 	}
 }
 
+// Retry bounds of the loop: how fast a step that failed is tried again.
+const (
+	retryFirst = 500 * time.Millisecond
+	retryMax   = 15 * time.Second
+)
+
 func (r *run) loop(ctx context.Context) error {
+	// errSince is when the current run of failures began, and errPhase the
+	// furthest phase it reached: a step back (copying -> setup after a
+	// failed copy) does not restart the clock, only getting past errPhase
+	// does. So a copy that keeps failing (a full disk) ends the move after
+	// RetryFor instead of recopying forever.
 	var errSince time.Time
-	var lastErr string
+	var errPhase Phase
+	wait := retryFirst
+	conflicts := 0
 	for {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
+		if err := r.keepLease(ctx); err != nil {
+			if errors.Is(err, ErrLeased) || ctx.Err() != nil {
+				return err
+			}
+			r.log.Warn("coordinator unreachable, retrying", zap.Error(err), zap.Duration("retry_in", wait))
+			if err := ctxtime.Sleep(ctx, wait); err != nil {
+				return err
+			}
+			wait = min(2*wait, retryMax)
+			continue
+		}
 		m, err := r.e.cat.Move(ctx, r.id)
 		if err != nil {
+			if ctx.Err() == nil && !errors.Is(err, metadata.ErrNotFound) {
+				r.log.Warn("read the move, retrying", zap.Error(err), zap.Duration("retry_in", wait))
+				if err := ctxtime.Sleep(ctx, wait); err != nil {
+					return err
+				}
+				wait = min(2*wait, retryMax)
+				continue
+			}
 			return err
 		}
 		phase, err := ParsePhase(m.Phase)
@@ -113,31 +174,52 @@ func (r *run) loop(ctx context.Context) error {
 		err = r.step(ctx, m, phase)
 		switch {
 		case err == nil:
-			errSince, lastErr = time.Time{}, ""
+			conflicts = 0
+			if !errSince.IsZero() {
+				if next, perr := r.e.cat.Move(ctx, r.id); perr == nil {
+					if p, _ := ParsePhase(next.Phase); p > errPhase {
+						errSince, errPhase, wait = time.Time{}, 0, retryFirst
+					}
+				}
+			}
 			continue
 		case errors.Is(err, ErrKilled):
 			return err
 		case ctx.Err() != nil:
 			return ctx.Err()
+		case errors.Is(err, metadata.ErrLeaseLost):
+			continue // the next turn takes the lease again, or stops
 		case errors.Is(err, metadata.ErrPhaseConflict):
-			continue // re-read the row: a cancel or another transition won
+			// Re-read the row: a cancel or another transition won. Repeated
+			// conflicts back off instead of spinning.
+			conflicts++
+			if conflicts > 3 {
+				r.log.Warn("phase conflict, backing off", zap.Error(err), zap.Int("conflicts", conflicts))
+				if err := ctxtime.Sleep(ctx, min(time.Duration(conflicts)*retryFirst, retryMax)); err != nil {
+					return err
+				}
+			}
+			continue
 		case isPermanent(err) || phase <= Preflight:
 			if m.CutoverCommitted {
 				return err // past the decision a move never fails: it must finish
 			}
 			return r.fail(ctx, m, phase, err)
 		}
-		// Transient: retry the step, but not forever with the same error.
-		if err.Error() != lastErr || errSince.IsZero() {
-			errSince, lastErr = time.Now(), err.Error()
+		// Transient: retry the step with backoff, but not for longer than
+		// RetryFor without getting past the phase where it began.
+		if errSince.IsZero() {
+			errSince, errPhase = time.Now(), phase
 		}
-		r.log.Warn("step failed, retrying", zap.String("phase", phase.String()), zap.Error(err))
+		errPhase = max(errPhase, phase)
+		r.log.Warn("step failed, retrying", zap.String("phase", phase.String()), zap.Error(err), zap.Duration("retry_in", wait))
 		if time.Since(errSince) > r.e.cfg.RetryFor && !m.CutoverCommitted {
 			return r.fail(ctx, m, phase, fmt.Errorf("gave up after %s: %w", r.e.cfg.RetryFor, err))
 		}
-		if err := ctxtime.Sleep(ctx, time.Second); err != nil {
+		if err := ctxtime.Sleep(ctx, wait); err != nil {
 			return err
 		}
+		wait = min(2*wait, retryMax)
 	}
 }
 
@@ -188,12 +270,18 @@ func (r *run) step(ctx context.Context, m metadata.Move, p Phase) error {
 
 // transition persists from -> to and then runs the AfterPhase hook.
 func (r *run) transition(ctx context.Context, m metadata.Move, from, to Phase, msg string) error {
-	if err := r.e.cat.SetPhase(ctx, m.ID, from.String(), to.String(), msg, ""); err != nil {
+	if err := r.setPhase(ctx, m.ID, from, to, msg, ""); err != nil {
 		return err
 	}
 	r.log.Info("phase changed", zap.String("from", from.String()), zap.String("phase", to.String()), zap.String("why", msg))
 	r.progress(Progress{MoveID: m.ID, Phase: to, BytesDone: m.BytesCopied, BytesTotal: m.BytesTotal})
 	return r.hook(from)
+}
+
+// setPhase persists a phase change if this run still holds the move's
+// lease (checked in the same coordinator transaction).
+func (r *run) setPhase(ctx context.Context, id int64, from, to Phase, msg, errText string) error {
+	return r.e.cat.SetPhaseLeased(ctx, r.lease, id, from.String(), to.String(), msg, errText)
 }
 
 func (r *run) hook(p Phase) error {
@@ -222,18 +310,42 @@ func (r *run) progress(p Progress) {
 	}
 }
 
+// shardIdents returns the move's shard tables. The journal stores them
+// quoted (metadata.QualifiedName); a name it cannot read was written by
+// no version of ours and is passed through whole as one identifier, which
+// then fails to resolve rather than naming some other table.
 func shardIdents(m metadata.Move) []pgx.Identifier {
 	out := make([]pgx.Identifier, len(m.ShardTables))
 	for i, t := range m.ShardTables {
-		schema, name, _ := strings.Cut(t, ".")
-		out[i] = pgx.Identifier{schema, name}
+		id, err := metadata.ParseQualifiedName(t)
+		if err != nil {
+			id = pgx.Identifier{t}
+		}
+		out[i] = id
 	}
 	return out
 }
 
+// maxIdentBytes is PostgreSQL's NAMEDATALEN - 1.
+const maxIdentBytes = 63
+
 // movedName is the fenced name of an old shard: <shard>_moved_<moveid>.
+// PostgreSQL cuts longer names at 63 bytes, which could make two fenced
+// names collide or split a character: a long name keeps a prefix (cut at a
+// character boundary) and adds a hash of the whole name.
 func movedName(name string, moveID int64) string {
-	return fmt.Sprintf("%s_moved_%d", name, moveID)
+	suffix := "_moved_" + strconv.FormatInt(moveID, 10)
+	if len(name)+len(suffix) <= maxIdentBytes {
+		return name + suffix
+	}
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(name))
+	tag := fmt.Sprintf("_%08x", h.Sum32())
+	keep := maxIdentBytes - len(suffix) - len(tag)
+	for keep > 0 && !utf8.RuneStart(name[keep]) {
+		keep--
+	}
+	return name[:keep] + tag + suffix
 }
 
 // connectBoth opens one connection to the source and one to the target.
@@ -273,7 +385,7 @@ func (r *run) setup(ctx context.Context, m metadata.Move) error {
 		if err != nil {
 			return err
 		}
-		if err := r.e.cat.AddCleanup(ctx, m.ID, m.TargetGroup, "table", t[0]+"."+t[1], metadata.CleanupOnFailure); err != nil {
+		if err := r.e.cat.AddCleanup(ctx, m.ID, m.TargetGroup, "table", metadata.QualifiedName(t), metadata.CleanupOnFailure); err != nil {
 			return err
 		}
 		// Identity columns are BY DEFAULT until the cutover's FinishStatements.
@@ -462,6 +574,9 @@ func (r *run) catchUp(ctx context.Context, m metadata.Move) error {
 		if time.Since(lastSave) > 2*time.Second {
 			lastSave = time.Now()
 			_ = r.e.cat.SetProgress(ctx, m.ID, m.BytesCopied, m.BytesTotal, "", processed.String())
+			if err := r.lease.Held(ctx); err != nil {
+				return err // the loop takes the lease again, or stops
+			}
 			cur, err := r.e.cat.Move(ctx, m.ID)
 			if err == nil && cur.CancelRequested {
 				return metadata.ErrPhaseConflict // re-read: the loop cancels
@@ -496,6 +611,10 @@ func isPermanent(err error) bool {
 	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
+		switch pgErr.Code {
+		case "53100": // disk_full: recopying would fill it again
+			return true
+		}
 		switch pgErr.Code[:2] {
 		case "42", "22", "23", "28":
 			return true

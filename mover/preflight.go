@@ -3,6 +3,7 @@ package mover
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -177,7 +178,10 @@ func (e *Engine) ownsTable(ctx context.Context, m metadata.Move, t pgx.Identifie
 		return false
 	}
 	for _, r := range recs {
-		if r.ObjectType == "table" && r.NodeGroup == m.TargetGroup && r.Name == t[0]+"."+t[1] {
+		if r.ObjectType != "table" || r.NodeGroup != m.TargetGroup {
+			continue
+		}
+		if id, err := metadata.ParseQualifiedName(r.Name); err == nil && slices.Equal(id, t) {
 			return true
 		}
 	}

@@ -92,6 +92,12 @@ func (e *Engine) Sweep(ctx context.Context, opts SweepOptions) (SweepReport, err
 		}
 		if !opts.DryRun {
 			if err := e.dropOne(ctx, n, rec); err != nil {
+				if errors.Is(err, metadata.ErrUnreachable) {
+					item.Why = "its node is unreachable; run cleanup again when it is back"
+					rep.Kept = append(rep.Kept, item)
+					e.log.Warn("node unreachable; cleanup keeps its record", zap.String("node", n.Addr()), zap.String("object", rec.ObjectType), zap.String("name", rec.Name))
+					continue
+				}
 				return rep, err
 			}
 			if err := e.cat.RemoveCleanup(ctx, rec.ID); err != nil {
@@ -112,6 +118,10 @@ func (e *Engine) Sweep(ctx context.Context, opts SweepOptions) (SweepReport, err
 			continue
 		}
 		items, err := e.orphans(ctx, n, live)
+		if errors.Is(err, metadata.ErrUnreachable) {
+			rep.Kept = append(rep.Kept, SweepItem{Node: n.Addr(), Object: "node", Why: "unreachable: not searched for orphans; run cleanup again when it is back"})
+			continue
+		}
 		if err != nil {
 			return rep, fmt.Errorf("look for orphans on %s: %w", n.Addr(), err)
 		}

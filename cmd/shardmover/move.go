@@ -88,7 +88,15 @@ func newMoveCmd(g *globals) *cobra.Command {
 				if errors.Is(err, context.Canceled) {
 					return fmt.Errorf("interrupted: move %d stopped in a resumable state; continue it with `shardmover jobs resume %d` or roll it back with `shardmover jobs cancel %d`", m.ID, job.ID, job.ID)
 				}
-				return fmt.Errorf("move %d failed: %w; the source still serves the group, and `shardmover jobs show %d` has the details", m.ID, err, job.ID)
+				cur, rerr := cat.Move(context.WithoutCancel(ctx), m.ID)
+				if rerr == nil && (cur.Phase == "failed" || cur.Phase == "cancelled") && !cur.CutoverCommitted {
+					return fmt.Errorf("move %d failed: %w; the source still serves the group, and `shardmover jobs show %d` has the details", m.ID, err, job.ID)
+				}
+				phase := "an unknown phase (the journal could not be read)"
+				if rerr == nil {
+					phase = "phase " + cur.Phase
+				}
+				return fmt.Errorf("move %d stopped in %s: %w; it is not settled yet, so its source shards may still be fenced: finish it with `shardmover jobs resume %d`, or settle it with `shardmover cleanup`", m.ID, phase, err, job.ID)
 			}
 			final, err := cat.Move(context.WithoutCancel(ctx), m.ID)
 			if err != nil {

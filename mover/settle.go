@@ -1,0 +1,231 @@
+package mover
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"go.uber.org/zap"
+
+	"github.com/shardmover/shardmover/internal/ctxtime"
+	"github.com/shardmover/shardmover/internal/pgsql"
+	"github.com/shardmover/shardmover/metadata"
+)
+
+// A fence is the prepared transaction of one cutover attempt on the source:
+// it holds the shard tables locked and renamed until it is settled. Its gid
+// names the move and the attempt's cutover epoch, shardmover_<moveid>_<epoch>,
+// so a late ROLLBACK PREPARED meant for one attempt can never hit a later
+// one. (Before epochs the gid was shardmover_<moveid>.)
+//
+// The recovery rule, for every fence of a move: once the move's decision is
+// settled (metadata.SettleDecision, which cannot miss a decision in flight),
+// the fence of the committed epoch is committed and every other one rolled
+// back.
+
+// fenceGID is the gid of the fence of move id's attempt under epoch.
+func fenceGID(id, epoch int64) string {
+	return "shardmover_" + strconv.FormatInt(id, 10) + "_" + strconv.FormatInt(epoch, 10)
+}
+
+// parseFenceGID reads a fence's gid; epoch is -1 for the old form.
+func parseFenceGID(gid string) (id, epoch int64, ok bool) {
+	rest, found := strings.CutPrefix(gid, "shardmover_")
+	if !found {
+		return 0, 0, false
+	}
+	idText, epochText, two := strings.Cut(rest, "_")
+	id, err := strconv.ParseInt(idText, 10, 64)
+	if err != nil || id <= 0 {
+		return 0, 0, false
+	}
+	if !two {
+		return id, -1, true
+	}
+	epoch, err = strconv.ParseInt(epochText, 10, 64)
+	if err != nil || epoch < 0 {
+		return 0, 0, false
+	}
+	return id, epoch, true
+}
+
+// fences lists the fences on conn's node: of move id, or of every move
+// (id 0), by move then epoch.
+func fences(ctx context.Context, conn *pgx.Conn, id int64) ([]string, error) {
+	rows, err := conn.Query(ctx, `SELECT gid FROM pg_prepared_xacts
+		WHERE starts_with(gid, 'shardmover_') AND database = current_database()`)
+	if err != nil {
+		return nil, fmt.Errorf("list prepared transactions: %w", err)
+	}
+	gids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("list prepared transactions: %w", err)
+	}
+	var out []string
+	for _, g := range gids {
+		if gid, _, ok := parseFenceGID(g); ok && (id == 0 || gid == id) {
+			out = append(out, g)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		a, ea, _ := parseFenceGID(out[i])
+		b, eb, _ := parseFenceGID(out[j])
+		if a != b {
+			return a < b
+		}
+		return ea < eb
+	})
+	return out, nil
+}
+
+// settleFences applies a settled decision to move id's fences on conn's
+// node: the fence of the committed epoch is committed, every other one
+// rolled back. committedFound says whether the committed fence was there.
+func settleFences(ctx context.Context, conn *pgx.Conn, id int64, st metadata.Settlement) (committedFound bool, err error) {
+	gids, err := fences(ctx, conn, id)
+	if err != nil {
+		return false, err
+	}
+	for _, gid := range gids {
+		_, epoch, _ := parseFenceGID(gid)
+		commit := st.Committed && (epoch == st.Epoch || epoch < 0)
+		found, err := settlePrepared(ctx, conn, gid, commit)
+		if err != nil {
+			return committedFound, err
+		}
+		committedFound = committedFound || (commit && found)
+	}
+	return committedFound, nil
+}
+
+// settlePrepared commits or rolls back one prepared transaction; found is
+// false when it did not exist (any more).
+func settlePrepared(ctx context.Context, conn *pgx.Conn, gid string, commit bool) (found bool, err error) {
+	verb := "ROLLBACK PREPARED "
+	if commit {
+		verb = "COMMIT PREPARED "
+	}
+	_, err = pgsql.ExecOne(ctx, conn, verb+quoteLiteral(gid))
+	if pgCode(err) == "42704" { // undefined_object: no such prepared transaction
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// settleTries bounds how long a mover keeps trying to settle a fence after
+// it was asked to stop: a stopped mover leaves the rest to the recovery of
+// the next one.
+const settleGrace = 30 * time.Second
+
+// settle settles move m's cutover decision and then its fences on the
+// source to match, retrying the coordinator and the source with backoff:
+// while a fence may exist the mover does not walk away. It gives up only
+// when ctx ends (and a grace period after, for a cutover in progress), and
+// then says that the source stays fenced until recovery settles it.
+//
+// After a committed decision whose fence is gone (rolled back by someone),
+// the fence is re-established: the source tables are renamed again.
+// refenced reports that, so the caller carries over what the source took
+// meanwhile before dropping the slot.
+func (r *run) settle(ctx context.Context, m metadata.Move) (st metadata.Settlement, refenced bool, err error) {
+	wait := 200 * time.Millisecond
+	var stopAt time.Time
+	for {
+		st, refenced, err = r.settleOnce(context.WithoutCancel(ctx), m)
+		if err == nil {
+			return st, refenced, nil
+		}
+		if ctx.Err() != nil {
+			if stopAt.IsZero() {
+				stopAt = time.Now().Add(settleGrace)
+			}
+			if time.Now().After(stopAt) {
+				return st, false, fmt.Errorf("the cutover decision of move %d is not settled (%w); its source shards may stay fenced (reads and writes wait) until `shardmover cleanup` or the next mover settles it", m.ID, err)
+			}
+		}
+		r.log.Warn("settling the cutover decision, retrying", zap.Error(err), zap.Duration("retry_in", wait))
+		sleepCtx := ctx
+		if ctx.Err() != nil {
+			sleepCtx = context.Background()
+		}
+		_ = ctxtime.Sleep(sleepCtx, wait)
+		wait = min(2*wait, 5*time.Second)
+	}
+}
+
+func (r *run) settleOnce(ctx context.Context, m metadata.Move) (metadata.Settlement, bool, error) {
+	st, err := r.e.cat.SettleDecision(ctx, m.ID)
+	if err != nil {
+		return st, false, err
+	}
+	src, err := r.e.connect(ctx, r.source)
+	if err != nil {
+		return st, false, err
+	}
+	defer src.Close(ctx)
+	found, err := settleFences(ctx, src, m.ID, st)
+	if err != nil {
+		return st, false, err
+	}
+	if !st.Committed || found {
+		return st, false, nil
+	}
+	refenced, err := ensureFenced(ctx, src, m)
+	if err != nil {
+		return st, false, err
+	}
+	if refenced {
+		r.log.Error("the fence of a committed cutover was gone; re-established it", zap.Strings("tables", m.ShardTables))
+	}
+	return st, refenced, nil
+}
+
+// ensureFenced makes sure move m's old shards on the source carry their
+// fenced names after a committed decision: any shard table still under its
+// own name is renamed, under ACCESS EXCLUSIVE, in one transaction.
+// refenced reports whether anything had to be renamed.
+func ensureFenced(ctx context.Context, src *pgx.Conn, m metadata.Move) (refenced bool, err error) {
+	var open []pgx.Identifier
+	for _, t := range shardIdents(m) {
+		var exists bool
+		if err := src.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", t.Sanitize()).Scan(&exists); err != nil {
+			return false, err
+		}
+		if exists {
+			open = append(open, t)
+		}
+	}
+	if len(open) == 0 {
+		return false, nil
+	}
+	tx, err := src.Begin(ctx)
+	if err != nil {
+		return false, err
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	for _, t := range open {
+		if _, err := pgsql.ExecOne(ctx, tx.Conn(), "LOCK TABLE "+t.Sanitize()+" IN ACCESS EXCLUSIVE MODE"); err != nil {
+			return false, fmt.Errorf("re-fence %s: %w", t.Sanitize(), err)
+		}
+		if _, err := pgsql.ExecOne(ctx, tx.Conn(), "ALTER TABLE "+t.Sanitize()+" RENAME TO "+pgx.Identifier{movedName(t[1], m.ID)}.Sanitize()); err != nil {
+			return false, fmt.Errorf("re-fence %s: %w", t.Sanitize(), err)
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return false, fmt.Errorf("re-fence: %w", err)
+	}
+	return true, nil
+}
+
+func pgCode(err error) string {
+	var pgErr interface{ SQLState() string }
+	if errors.As(err, &pgErr) {
+		return pgErr.SQLState()
+	}
+	return ""
+}
