@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // Daemon leadership (DESIGN.md section 9) is a lease with a fencing token.
@@ -68,12 +69,25 @@ func (c *Catalog) TryLeaderLock(ctx context.Context) (*Lease, bool, error) {
 // it installs the journal, then, in one transaction on the lease's own
 // session, checks that the session holds the lock and bumps the epoch.
 // holder names the daemon (host, pid, address) for people.
-func (c *Catalog) TakeLeadership(ctx context.Context, lease *Lease, holder string) (*Leadership, error) {
+//
+// ttl, when positive, is the lease's time to live on the coordinator: the
+// lock's session gets idle_session_timeout = ttl (PostgreSQL 14+), so a
+// leader that stops checking its lock (cut off from the coordinator, frozen)
+// loses it after ttl even when no connection breaks for the server to see.
+// The leader must check more often than that (CheckLeadership).
+func (c *Catalog) TakeLeadership(ctx context.Context, lease *Lease, holder string, ttl time.Duration) (*Leadership, error) {
 	if err := c.InstallJournal(ctx); err != nil {
 		return nil, err
 	}
 	if _, err := lease.conn.Exec(ctx, leaderDDL); err != nil {
 		return nil, fmt.Errorf("install shardmover.leader: %w", err)
+	}
+	if ttl > 0 {
+		_, err := lease.conn.Exec(ctx, fmt.Sprintf("SET idle_session_timeout = %d", max(ttl.Milliseconds(), 1)))
+		var pgErr *pgconn.PgError
+		if err != nil && !(errors.As(err, &pgErr) && pgErr.Code == "42704") { // unknown before PostgreSQL 14
+			return nil, fmt.Errorf("set the leader lock's time to live: %w", err)
+		}
 	}
 	var epoch int64
 	err := pgx.BeginTxFunc(ctx, lease.conn, pgx.TxOptions{}, func(tx pgx.Tx) error {

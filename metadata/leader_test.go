@@ -42,7 +42,7 @@ func TestLeaderFencing(t *testing.T) {
 	lease1, ok, err := cat.TryLeaderLock(ctx)
 	require.NoError(t, err)
 	require.True(t, ok)
-	term1, err := cat.TakeLeadership(ctx, lease1, "daemon one")
+	term1, err := cat.TakeLeadership(ctx, lease1, "daemon one", time.Minute)
 	require.NoError(t, err)
 	assert.Equal(t, int64(1), term1.Epoch)
 	require.NoError(t, cat.CheckLeadership(ctx, term1))
@@ -80,7 +80,7 @@ func TestLeaderFencing(t *testing.T) {
 
 	// The coordinator ends the leader's lock session: the leader is fenced
 	// at once, before anyone else leads.
-	_, err = cat.Pool().Exec(ctx, "SELECT pg_terminate_backend($1)", int32(term1.PID()))
+	_, err = cat.Pool().Exec(ctx, "SELECT pg_terminate_backend($1, 5000)", int32(term1.PID()))
 	require.NoError(t, err)
 	err = cat.CheckLeadership(ctx, term1)
 	require.ErrorIs(t, err, metadata.ErrNotLeader)
@@ -96,7 +96,7 @@ func TestLeaderFencing(t *testing.T) {
 		lease2 = l
 		return err == nil && ok
 	}, 10*time.Second, 50*time.Millisecond, "the lock is free once the old session is gone")
-	term2, err := cat.TakeLeadership(ctx, lease2, "daemon two")
+	term2, err := cat.TakeLeadership(ctx, lease2, "daemon two", 0)
 	require.NoError(t, err)
 	defer term2.Release(ctx)
 	assert.Equal(t, int64(2), term2.Epoch)
@@ -131,4 +131,34 @@ func TestLeaderFencing(t *testing.T) {
 	assert.Contains(t, err.Error(), "superseded")
 	_, err = cat.AdoptJobs(ctx, term2, true, "rebalance")
 	require.ErrorIs(t, err, metadata.ErrNotLeader)
+}
+
+// TestLeaderLeaseExpires: a leader that stops checking its lock (as one
+// cut off from the coordinator does) loses it after its time to live,
+// though no connection broke: the coordinator ends the idle lock session,
+// and another daemon can lead.
+func TestLeaderLeaseExpires(t *testing.T) {
+	ctx := context.Background()
+	_, cat := sandboxtest.NewCompat(t, 1)
+	lease, ok, err := cat.TryLeaderLock(ctx)
+	require.NoError(t, err)
+	require.True(t, ok)
+	term, err := cat.TakeLeadership(ctx, lease, "silent", 500*time.Millisecond)
+	require.NoError(t, err)
+	defer term.Release(ctx)
+	// Checking in time keeps the lease.
+	for i := 0; i < 4; i++ {
+		time.Sleep(200 * time.Millisecond)
+		require.NoError(t, cat.CheckLeadership(ctx, term))
+	}
+	var next *metadata.Lease
+	start := time.Now()
+	require.Eventually(t, func() bool {
+		l, ok, err := cat.TryLeaderLock(ctx)
+		next = l
+		return err == nil && ok
+	}, 10*time.Second, 100*time.Millisecond, "the silent leader's lock expires")
+	defer next.Release(ctx)
+	assert.GreaterOrEqual(t, time.Since(start), 300*time.Millisecond)
+	require.ErrorIs(t, cat.CheckLeadership(ctx, term), metadata.ErrNotLeader)
 }

@@ -207,10 +207,21 @@ func (d *Daemon) Epoch() int64 {
 
 // checkTimeout bounds one check of the leader lock, and every other
 // coordinator round trip of the daemon's own loops: a leader cut off from
-// the coordinator steps down within Poll + checkTimeout.
+// the coordinator steps down within checkEvery + checkTimeout, and the
+// coordinator frees its lock after leaseTTL.
 func (d *Daemon) checkTimeout() time.Duration {
 	return min(max(5*d.cfg.Poll, 2*time.Second), 10*time.Second)
 }
+
+// leaseTTL is the leader lock's time to live on the coordinator: longer
+// than the longest gap between two checks (checkEvery, plus a check that
+// takes up to checkTimeout), so only a leader that stopped checking loses
+// it.
+func (d *Daemon) leaseTTL() time.Duration { return d.checkEvery() + 2*d.checkTimeout() }
+
+// checkEvery is how often the leader checks its lock: every Poll, at least
+// every second.
+func (d *Daemon) checkEvery() time.Duration { return min(d.cfg.Poll, time.Second) }
 
 // Start serves HTTP, refreshes the metrics from the journal and, while it
 // holds the leader lock, does the leader's work; when it loses the lock it
@@ -270,7 +281,7 @@ func (d *Daemon) elect(ctx context.Context) (*metadata.Leadership, error) {
 	if err != nil || !ok {
 		return nil, err
 	}
-	term, err := d.cat.TakeLeadership(ectx, lease, d.holder)
+	term, err := d.cat.TakeLeadership(ectx, lease, d.holder, d.leaseTTL())
 	if err != nil {
 		rctx, rcancel := context.WithTimeout(context.Background(), 2*time.Second)
 		lease.Release(rctx)
@@ -351,12 +362,12 @@ func (d *Daemon) lead(ctx context.Context, term *metadata.Leadership) {
 	log.Info("stopped leading: every leader loop has stopped")
 }
 
-// heartbeat checks the leader lock every Poll, each check bounded by
+// heartbeat checks the leader lock every checkEvery, each check bounded by
 // checkTimeout. It returns nil when ctx ends, and why when the lock or the
 // epoch is lost.
 func (d *Daemon) heartbeat(ctx context.Context, term *metadata.Leadership) error {
 	for {
-		if err := ctxtime.Sleep(ctx, d.cfg.Poll); err != nil {
+		if err := ctxtime.Sleep(ctx, d.checkEvery()); err != nil {
 			return nil
 		}
 		cctx, cancel := context.WithTimeout(ctx, d.checkTimeout())

@@ -7,9 +7,12 @@
 // Daemon leadership is a lease with a fencing token (metadata/leader.go):
 // the leader holds a session advisory lock on the coordinator and, right
 // after taking it, bumps the epoch in shardmover.leader on the lock's own
-// session. Every Poll it checks, on that session and within a bounded
-// time, that the coordinator (pg_locks) still shows it holding the lock and
-// that its epoch is current; when either fails it reports leader 0 and
+// session. Every Poll (at least every second) it checks, on that session
+// and within a bounded time, that the coordinator (pg_locks) still shows it
+// holding the lock and that its epoch is current; the session has an
+// idle_session_timeout a little longer than that, so the coordinator frees
+// the lock of a leader that stopped checking (cut off, frozen) even when no
+// connection breaks. When a check fails the leader reports leader 0 and
 // state "lost", stops every leader loop (watch, cron, sweep, job runner; a
 // cutover in progress finishes first), releases the lock, and competes
 // again. Jobs the daemon creates carry its epoch and are recorded only
