@@ -412,6 +412,10 @@ func (d *Daemon) jobs(ctx context.Context, term *metadata.Leadership, log *zap.L
 			backoff = min(max(2*backoff, time.Second), time.Minute)
 			d.setErr(err)
 			log.Warn("unfinished jobs did not run to the end; retrying", zap.Duration("retry_in", backoff), zap.Error(err))
+		case !done:
+			// Another process holds the rebalance lock (a CLI job, or a
+			// leader still stopping): look again in a while.
+			backoff = 2 * time.Second
 		default:
 			backoff = 0
 		}

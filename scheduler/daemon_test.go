@@ -490,10 +490,12 @@ func TestLeadershipLostAndRegained(t *testing.T) {
 }
 
 // TestJobResumedAfterCoordinatorRestart: two daemons; a node is added and
-// its rebalance job is under way when the coordinator restarts. Every lock
-// is gone: the leader steps down, exactly one daemon leads again under a
-// new epoch, adopts the interrupted job and finishes it; the new node gets
-// its groups. Then no daemon runs at all while another node is added: the
+// its rebalance job starts. While its first move runs, the leader's lock
+// session is killed: the leader steps down, exactly one daemon leads under
+// a new epoch and resumes the job. While the resumed job has more to do,
+// the coordinator restarts: every lock is gone, exactly one daemon leads
+// again under a newer epoch, adopts the interrupted job and finishes it;
+// the new node gets its groups. Then no daemon runs at all while another node is added: the
 // next leader compares the nodes with those the last leader accounted for
 // and rebalances onto it. /metrics of every daemon shows the moves by
 // phase as the journal has them.
@@ -502,7 +504,7 @@ func TestJobResumedAfterCoordinatorRestart(t *testing.T) {
 	ctx := context.Background()
 	cfg := daemonConfig(t)
 	cfg.Settle = time.Second
-	cfg.Limits = mover.Limits{Concurrency: 1, PerNode: 1, BytesPerSecond: 256 << 10}
+	cfg.Limits = mover.Limits{Concurrency: 1, PerNode: 1, BytesPerSecond: 128 << 10}
 	start := func() (*scheduler.Daemon, func()) {
 		d, stop := startDaemon(t, cfg, cat)
 		var once sync.Once
@@ -547,24 +549,42 @@ func TestJobResumedAfterCoordinatorRestart(t *testing.T) {
 	}
 
 	n3 := addNode()
-	eventually(t, "the rebalance to be under way", 2*time.Minute, func() bool {
+	progress := func() (done, active int) {
 		moves, err := cat.Moves(ctx, metadata.MoveFilter{})
 		if err != nil {
-			return false
+			return 0, 0
 		}
-		done, active := 0, 0
 		for _, m := range moves {
 			if m.Phase == "done" {
 				done++
-			} else if !m.Terminal() {
+			} else if !m.Terminal() && m.Phase != "scheduled" {
 				active++
 			}
 		}
-		return done >= 1 && active >= 1
+		return done, active
+	}
+	// The leader's lock session is killed while its first move runs.
+	eventually(t, "the first move to run", 2*time.Minute, func() bool {
+		done, active := progress()
+		return done == 0 && active >= 1
 	})
 	epoch := leader.Epoch()
-	restartCoordinator(t, sb)
+	pid, ok := leaderLockPID(t, cat)
+	require.True(t, ok)
+	_, err := cat.Pool().Exec(ctx, "SELECT pg_terminate_backend($1)", pid)
+	require.NoError(t, err)
 	began := time.Now()
+	leader = oneLeader(t, cat, epoch, a, b)
+	t.Logf("lock session killed mid-job: epoch %d -> %d in %s", epoch, leader.Epoch(), time.Since(began).Round(time.Millisecond))
+
+	// The coordinator restarts while the job, resumed, has more to do.
+	eventually(t, "the resumed rebalance to be under way", 2*time.Minute, func() bool {
+		done, active := progress()
+		return done >= 1 && active >= 1
+	})
+	epoch = leader.Epoch()
+	restartCoordinator(t, sb)
+	began = time.Now()
 	leader = oneLeader(t, cat, epoch, a, b)
 	t.Logf("coordinator restarted mid-job: epoch %d -> %d in %s", epoch, leader.Epoch(), time.Since(began).Round(time.Millisecond))
 	job := jobDone("the interrupted job to finish", 0)
