@@ -388,7 +388,9 @@ func (s *stmt) sql() string {
 	case 'I':
 		b.WriteString("INSERT INTO " + r.quoted + " (")
 		s.list(&b, ", ", all, func(i int, c column) string { return c.quoted })
-		b.WriteString(") VALUES (")
+		// The source's values, an identity column's too (a no-op without
+		// one; needed when the target's is GENERATED ALWAYS).
+		b.WriteString(") OVERRIDING SYSTEM VALUE VALUES (")
 		s.list(&b, ", ", all, func(i int, c column) string { return ph(i) })
 		b.WriteString(")")
 		return b.String()

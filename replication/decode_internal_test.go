@@ -43,7 +43,7 @@ func TestStatements(t *testing.T) {
 
 	s, err := insertStmt(pk, &pglogrepl.InsertMessage{Tuple: tuple("ttnt", "1", "{}", "", `{"a":1}`)})
 	require.NoError(t, err)
-	assert.Equal(t, `INSERT INTO "app"."T t" ("id", "big", "m", "j") VALUES ($1, $2, $3::"app"."mood", $4)`, s.sql())
+	assert.Equal(t, `INSERT INTO "app"."T t" ("id", "big", "m", "j") OVERRIDING SYSTEM VALUE VALUES ($1, $2, $3::"app"."mood", $4)`, s.sql())
 	assert.Equal(t, []uint32{20, 3802, 0, 114}, s.oids())
 	assert.Nil(t, s.values[2], "NULL")
 
@@ -142,7 +142,7 @@ func TestRunStatements(t *testing.T) {
 	ins, err := insertStmt(r, &pglogrepl.InsertMessage{Tuple: tuple("tttt", "1", `{"a":1}`, "ok", "{}")})
 	require.NoError(t, err)
 	assert.True(t, ins.batchable)
-	assert.Equal(t, `INSERT INTO "app"."T t" ("id", "big", "m", "j") SELECT u.p1::bigint, u.p2::jsonb, u.p3::"app"."mood", u.p4::json FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]) AS u(p1, p2, p3, p4)`, ins.runSQL(typeName))
+	assert.Equal(t, `INSERT INTO "app"."T t" ("id", "big", "m", "j") OVERRIDING SYSTEM VALUE SELECT u.p1::bigint, u.p2::jsonb, u.p3::"app"."mood", u.p4::json FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]) AS u(p1, p2, p3, p4)`, ins.runSQL(typeName))
 	assert.Equal(t, "1:1", ins.rowKeyBytes(), "an insert is keyed by its key columns")
 
 	// An unchanged TOASTed value is not assigned.

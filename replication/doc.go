@@ -64,7 +64,13 @@
 //     the table of the same schema-qualified name on the target, by primary key
 //     or replica identity: INSERT; UPDATE of the columns sent (an unchanged
 //     TOASTed value is left alone; a changed key is located by the old key);
-//     DELETE; TRUNCATE. Values travel as text with their type: built-in types
+//     DELETE; TRUNCATE. Stored generated columns are neither sent by
+//     pgoutput nor copied: the target computes them. An INSERT keeps the
+//     source's identity values (OVERRIDING SYSTEM VALUE), even into a
+//     target identity column GENERATED ALWAYS; an UPDATE, though, assigns
+//     every column sent but an unchanged key, and an ALWAYS column refuses
+//     that, so a target's identity columns other than its primary key (all
+//     of them under REPLICA IDENTITY FULL) must be BY DEFAULT. Values travel as text with their type: built-in types
 //     by OID, others (enums, domains, extension types) with a cast to the
 //     type's name, so every value round-trips exactly. Statements are
 //     prepared once per shape and pipelined; consecutive source transactions

@@ -12,9 +12,11 @@ import (
 // transaction (see applier), applied as one statement over unnest()ed
 // text arrays (sent in binary):
 //
-//	INSERT INTO t (a, b) SELECT u.p1::int8, u.p2::text FROM unnest($1::text[], $2::text[]) AS u(p1, p2)
-//	UPDATE t AS _t SET b = u.p1::text FROM unnest($1::text[], $2::text[]) AS u(p1, p2) WHERE _t.a = u.p2::int8
-//	DELETE FROM t AS _t USING unnest($1::text[]) AS u(p1) WHERE _t.a = u.p1::int8
+//	INSERT INTO t (a, b) OVERRIDING SYSTEM VALUE SELECT u.p1::"pg_catalog"."int8", u.p2::"pg_catalog"."bpchar" FROM unnest($1::text[], $2::text[]) AS u(p1, p2)
+//	UPDATE t AS _t SET b = u.p1::"pg_catalog"."bpchar" FROM unnest($1::text[], $2::text[]) AS u(p1, p2) WHERE _t.a = u.p2::"pg_catalog"."int8"
+//	DELETE FROM t AS _t USING unnest($1::text[]) AS u(p1) WHERE _t.a = u.p1::"pg_catalog"."int8"
+//
+// (b being char(n): the cast names no typmod, the assignment applies b's.)
 //
 // It is the same as applying the changes one by one because a segment
 // holds one pending change per row: UPDATE and DELETE runs find rows by a
@@ -166,7 +168,7 @@ func (s *stmt) runSQL(typeName func(uint32) string) string {
 	case 'I':
 		b.WriteString("INSERT INTO " + r.quoted + " (")
 		s.list(&b, ", ", all, func(i int, c column) string { return c.quoted })
-		b.WriteString(") SELECT ")
+		b.WriteString(") OVERRIDING SYSTEM VALUE SELECT ")
 		s.list(&b, ", ", all, val)
 		b.WriteString(" FROM " + from.String())
 	case 'U':
