@@ -348,6 +348,10 @@ func (s *Stream) session(ctx context.Context) (err error) {
 	// no statistics yet) would otherwise be cached with a sequential scan
 	// or hash join and slow down as the table grows.
 	tcfg.RuntimeParams["enable_seqscan"] = "off"
+	// enable_seqscan = off prices the sequential scan a REPLICA IDENTITY
+	// FULL update or delete needs far above jit_above_cost: every such
+	// statement was JIT-compiled (about a second each).
+	tcfg.RuntimeParams["jit"] = "off"
 	tcfg.RuntimeParams["enable_hashjoin"] = "off"
 	tcfg.RuntimeParams["enable_mergejoin"] = "off"
 	tgt, err := pgconn.ConnectConfig(ctx, tcfg)
