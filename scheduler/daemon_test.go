@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/shardmover/shardmover/internal/faultproxy"
 	"github.com/shardmover/shardmover/internal/sandbox"
 	"github.com/shardmover/shardmover/internal/sandbox/sandboxtest"
 	"github.com/shardmover/shardmover/internal/workload"
@@ -606,4 +607,54 @@ func TestJobResumedAfterCoordinatorRestart(t *testing.T) {
 	assert.GreaterOrEqual(t, groupsOn(n4.ID), 1, "the node added while no daemon ran received groups")
 	assert.Positive(t, scrape(t, c)["shardmover_triggers_total{source=node_added}"])
 	phasesMatch(t, cat, c)
+}
+
+// TestLeaderCutOffFromCoordinator: the leader reaches the coordinator
+// through a proxy that stops forwarding (no connection breaks). Its lock
+// checks time out: it reports lost (/readyz 503), stops its loops and
+// reports leader 0; the coordinator ends its silent lock session after the
+// lease's time to live, and the other daemon leads, holding the lock. When
+// the proxy forwards again the cut-off daemon stands by.
+func TestLeaderCutOffFromCoordinator(t *testing.T) {
+	sb, direct := sandboxtest.NewCompat(t, 1)
+	ctx := context.Background()
+	proxy, err := faultproxy.New(sb.Coordinator().Addr())
+	require.NoError(t, err)
+	defer proxy.Close()
+	viaProxy, err := metadata.Open(ctx, metadata.Config{Coordinator: fmt.Sprintf("host=127.0.0.1 port=%d user=postgres dbname=postgres sslmode=disable", proxy.Port())})
+	require.NoError(t, err)
+	defer viaProxy.Close()
+
+	a, stopA := startDaemon(t, daemonConfig(t), viaProxy)
+	defer stopA()
+	eventually(t, "the daemon behind the proxy to lead", 30*time.Second, a.IsLeader)
+	b, stopB := startDaemon(t, daemonConfig(t), direct)
+	defer stopB()
+	oneLeader(t, direct, 0, a, b)
+	epoch := a.Epoch()
+
+	proxy.Pause()
+	cut := time.Now()
+	sawLost := false
+	eventually(t, "the cut-off leader to step down", time.Minute, func() bool {
+		if a.State() == scheduler.Lost {
+			sawLost = true
+			code, r := readyz(t, a)
+			assert.Equal(t, http.StatusServiceUnavailable, code, "%+v", r)
+		}
+		return a.State() == scheduler.Standby && scrape(t, a)["shardmover_leader"] == 0
+	})
+	t.Logf("cut-off leader stepped down after %s (saw lost: %v)", time.Since(cut).Round(time.Millisecond), sawLost)
+	eventually(t, "the other daemon to lead, holding the lock", time.Minute, func() bool {
+		rec, ok, err := direct.CurrentLeader(ctx)
+		pid, held := leaderLockPID(t, direct)
+		return b.IsLeader() && err == nil && ok && held && rec.Held && rec.PID == pid && rec.Epoch > epoch && !a.IsLeader()
+	})
+	t.Logf("the other daemon led %s after the cut", time.Since(cut).Round(time.Millisecond))
+	code, _ := readyz(t, a)
+	assert.Equal(t, http.StatusServiceUnavailable, code, "the cut-off daemon cannot reach the coordinator")
+
+	proxy.Resume()
+	leader := oneLeader(t, direct, epoch, a, b)
+	assert.Equal(t, b, leader)
 }
