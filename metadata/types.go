@@ -256,6 +256,12 @@ func HashValue(columnType string, v any) (int32, error) {
 }
 
 func splitName(name string) (string, string) {
+	// A quoted name ("schema"."table", QualifiedName's form) may hold dots.
+	if strings.HasPrefix(name, `"`) {
+		if id, err := ParseQualifiedName(name); err == nil {
+			return id[0], id[1]
+		}
+	}
 	for i := 0; i < len(name); i++ {
 		if name[i] == '.' {
 			return name[:i], name[i+1:]

@@ -150,11 +150,21 @@ func (e *Engine) checkNodes(ctx context.Context, m metadata.Move, src, dst metad
 		if exists && !(own && e.ownsTable(ctx, m, t)) {
 			return invalidf("table %s already exists on the target %s; drop it or run `shardmover cleanup` if it is left from an earlier move", t.Sanitize(), dst.Addr())
 		}
-		// Index names of an old, fenced copy of this shard would collide.
+		// The shard's index names must be free in its schema on the target:
+		// an old, fenced copy of it (whatever its fenced name) keeps them.
+		// (A table that already exists was handled above.)
+		if exists {
+			continue
+		}
+		var indexes []string
+		if err := sc.QueryRow(ctx, `SELECT coalesce(array_agg(ic.relname::text), '{}') FROM pg_index i
+			JOIN pg_class ic ON ic.oid = i.indexrelid JOIN pg_class tc ON tc.oid = i.indrelid
+			JOIN pg_namespace n ON n.oid = tc.relnamespace WHERE n.nspname = $1 AND tc.relname = $2`, t[0], t[1]).Scan(&indexes); err != nil {
+			return err
+		}
 		var collide string
 		if err := dc.QueryRow(ctx, `SELECT coalesce(min(c.relname), '') FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-			JOIN pg_index i ON i.indexrelid = c.oid JOIN pg_class tc ON tc.oid = i.indrelid
-			WHERE n.nspname = $1 AND tc.relname LIKE $2`, t[0], escapeLike(t[1])+`\_moved\_%`).Scan(&collide); err != nil {
+			WHERE n.nspname = $1 AND c.relname = ANY($2)`, t[0], indexes).Scan(&collide); err != nil {
 			return err
 		}
 		if collide != "" {
@@ -186,8 +196,4 @@ func (e *Engine) ownsTable(ctx context.Context, m metadata.Move, t pgx.Identifie
 		}
 	}
 	return false
-}
-
-func escapeLike(s string) string {
-	return strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`).Replace(s)
 }
