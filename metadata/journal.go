@@ -728,4 +728,6 @@ func (c *Catalog) SetJobState(ctx context.Context, id int64, state string) error
 // DeadLease is a lease that holds nothing: what a mover keeps after losing
 // its lease while the coordinator cannot be reached. Held reports it lost;
 // Release does nothing.
-func DeadLease(moveID int64) *Lease { return &Lease{MoveID: moveID, class: moveLockClass, key: int32(moveID)} }
+func DeadLease(moveID int64) *Lease {
+	return &Lease{MoveID: moveID, class: moveLockClass, key: int32(moveID)}
+}
