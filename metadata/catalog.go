@@ -66,6 +66,10 @@ func Open(ctx context.Context, cfg Config) (*Catalog, error) {
 	}
 	pcfg.MaxConns = 8
 	pcfg.ConnConfig.RuntimeParams["application_name"] = "shardmover"
+	// The journal's writes are decisions others act on at once (a cutover
+	// decision is followed by COMMIT PREPARED on the source): they must be
+	// durable when acknowledged, whatever the server's synchronous_commit.
+	pcfg.ConnConfig.RuntimeParams["synchronous_commit"] = "on"
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
 		return nil, fmt.Errorf("connect to coordinator: %w", err)
