@@ -16,11 +16,28 @@
 //	err = eng.Run(ctx, moves[0].ID)                  // until done, failed or cancelled
 //
 // Run after a crash resumes a move from its persisted phase: setup and
-// copying start over (the exported snapshot died with the process),
-// indexing is re-run, catching_up resumes from the target's replication
-// origin, cutover settles its prepared transaction by the recovery rule
-// (COMMIT PREPARED when the journal says cutover_committed, else ROLLBACK
-// PREPARED and back to catching_up), and cleanup finishes.
+// copying start over (the exported snapshot died with the process that made
+// it), indexing is re-run, catching_up resumes from the target's
+// replication origin, cutover settles what an earlier attempt left, and
+// cleanup finishes.
+//
+// Settling a cutover (settle.go). Each attempt prepares its fence on the
+// source as shardmover_<moveid>_<epoch>, under the move's cutover_epoch. The
+// outcome of a decision is never read with a plain SELECT: a decision whose
+// client timed out may still commit. metadata.SettleDecision ends a
+// decision still in flight (pg_terminate_backend of the session named
+// shardmover_decide_<moveid>), takes the move row's lock, and, when nothing
+// committed, bumps the epoch so that a decision arriving later is refused.
+// Then the fence of the committed epoch is committed and every other one
+// rolled back; a committed decision whose fence is gone has it
+// re-established (and what the source took meanwhile carried over). While a
+// fence may exist the mover keeps retrying the coordinator and the source
+// with backoff. Recover, cleanup, cancel and fail all settle this way.
+//
+// The move's lease is checked every turn of the loop and during catch-up,
+// and every phase change requires it (metadata's SetPhaseLeased); a lease
+// lost with its connection is taken again, or the run stops if another
+// mover took it.
 //
 // Guarantees, tested under a concurrent workload with a ledger and with the
 // mover killed after each phase (Config.AfterPhase): no acknowledged write is
@@ -35,9 +52,10 @@
 // will not run it is logged and let through.
 //
 // Schema changes are not replicated: DDL on a shard while its move runs
-// makes the apply fail, and the move fails with a sentence saying so,
-// leaving the group on its source; moving it again copies the new
-// definition.
+// makes the apply fail, or, when no change carries it, the cutover finds it
+// by comparing both definitions under its lock; either way the move fails
+// with a sentence saying so, leaving the group on its source; moving it
+// again copies the new definition.
 //
 // Only compat clusters are moved so far; a Citus cluster is refused in
 // preflight with a sentence saying so.
