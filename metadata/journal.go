@@ -197,42 +197,53 @@ func scanJob(r pgx.CollectableRow) (Job, error) {
 func (c *Catalog) CreateJob(ctx context.Context, kind, strategy string, specs []MoveSpec) (Job, []Move, error) {
 	var job Job
 	var moves []Move
-	err := c.tx(ctx, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, `INSERT INTO shardmover.jobs (kind, strategy, started_at) VALUES ($1, $2, now()) RETURNING `+jobColumns, kind, strategy)
-		if err != nil {
-			return err
-		}
-		if job, err = pgx.CollectExactlyOneRow(rows, scanJob); err != nil {
-			return err
-		}
-		for _, s := range specs {
-			var holder int64
-			err := tx.QueryRow(ctx, `SELECT id FROM shardmover.moves WHERE colocation_id = $1 AND shard_index = $2
-				AND phase NOT IN ('done', 'failed', 'cancelled')`, s.Group.ColocationID, s.Group.Index).Scan(&holder)
-			if err == nil {
-				job := holderJob(ctx, tx, holder)
-				return fmt.Errorf("%w: shard group %s (shards %v) is already being moved by move %d of job %d; let it finish or cancel it with `shardmover jobs cancel %d`",
-					ErrGroupBusy, s.Group.Key(), s.Group.ShardIDs, holder, job, job)
-			}
-			if !errors.Is(err, pgx.ErrNoRows) {
-				return err
-			}
-			rows, err := tx.Query(ctx, `INSERT INTO shardmover.moves (job_id, colocation_id, shard_index, shard_ids, shard_tables,
-				source_group, target_group, bytes_total) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING `+moveColumns,
-				job.ID, s.Group.ColocationID, s.Group.Index, s.Group.ShardIDs, s.ShardTables, s.SourceGroup, s.TargetGroup, s.Group.Bytes)
-			if err != nil {
-				return err
-			}
-			m, err := pgx.CollectExactlyOneRow(rows, scanMove)
-			if err != nil {
-				return err
-			}
-			moves = append(moves, m)
-		}
-		return nil
+	err := c.tx(ctx, func(tx pgx.Tx) (err error) {
+		job, moves, err = createJobTx(ctx, tx, kind, strategy, 0, specs)
+		return err
 	})
 	if err != nil {
 		return Job{}, nil, err
+	}
+	return job, moves, nil
+}
+
+// createJobTx records a job (under a daemon leadership's epoch, or 0) and
+// its moves in tx; a shard group held by an unfinished move fails it with
+// ErrGroupBusy.
+func createJobTx(ctx context.Context, tx pgx.Tx, kind, strategy string, epoch int64, specs []MoveSpec) (Job, []Move, error) {
+	rows, err := tx.Query(ctx, `INSERT INTO shardmover.jobs (kind, strategy, started_at, leader_epoch)
+		VALUES ($1, $2, now(), $3) RETURNING `+jobColumns, kind, strategy, epoch)
+	if err != nil {
+		return Job{}, nil, err
+	}
+	job, err := pgx.CollectExactlyOneRow(rows, scanJob)
+	if err != nil {
+		return Job{}, nil, err
+	}
+	var moves []Move
+	for _, s := range specs {
+		var holder int64
+		err := tx.QueryRow(ctx, `SELECT id FROM shardmover.moves WHERE colocation_id = $1 AND shard_index = $2
+			AND phase NOT IN ('done', 'failed', 'cancelled')`, s.Group.ColocationID, s.Group.Index).Scan(&holder)
+		if err == nil {
+			job := holderJob(ctx, tx, holder)
+			return Job{}, nil, fmt.Errorf("%w: shard group %s (shards %v) is already being moved by move %d of job %d; let it finish or cancel it with `shardmover jobs cancel %d`",
+				ErrGroupBusy, s.Group.Key(), s.Group.ShardIDs, holder, job, job)
+		}
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return Job{}, nil, err
+		}
+		rows, err := tx.Query(ctx, `INSERT INTO shardmover.moves (job_id, colocation_id, shard_index, shard_ids, shard_tables,
+			source_group, target_group, bytes_total) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING `+moveColumns,
+			job.ID, s.Group.ColocationID, s.Group.Index, s.Group.ShardIDs, s.ShardTables, s.SourceGroup, s.TargetGroup, s.Group.Bytes)
+		if err != nil {
+			return Job{}, nil, err
+		}
+		m, err := pgx.CollectExactlyOneRow(rows, scanMove)
+		if err != nil {
+			return Job{}, nil, err
+		}
+		moves = append(moves, m)
 	}
 	return job, moves, nil
 }

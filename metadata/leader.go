@@ -190,43 +190,12 @@ func (c *Catalog) CurrentLeader(ctx context.Context) (LeaderRecord, bool, error)
 func (c *Catalog) CreateLeaderJob(ctx context.Context, l *Leadership, kind, strategy string, specs []MoveSpec) (Job, []Move, error) {
 	var job Job
 	var moves []Move
-	err := c.tx(ctx, func(tx pgx.Tx) error {
+	err := c.tx(ctx, func(tx pgx.Tx) (err error) {
 		if err := fence(ctx, tx, l); err != nil {
 			return err
 		}
-		rows, err := tx.Query(ctx, `INSERT INTO shardmover.jobs (kind, strategy, started_at, leader_epoch)
-			VALUES ($1, $2, now(), $3) RETURNING `+jobColumns, kind, strategy, l.Epoch)
-		if err != nil {
-			return err
-		}
-		if job, err = pgx.CollectExactlyOneRow(rows, scanJob); err != nil {
-			return err
-		}
-		for _, s := range specs {
-			var holder int64
-			err := tx.QueryRow(ctx, `SELECT id FROM shardmover.moves WHERE colocation_id = $1 AND shard_index = $2
-				AND phase NOT IN ('done', 'failed', 'cancelled')`, s.Group.ColocationID, s.Group.Index).Scan(&holder)
-			if err == nil {
-				job := holderJob(ctx, tx, holder)
-				return fmt.Errorf("%w: shard group %s (shards %v) is already being moved by move %d of job %d; let it finish or cancel it with `shardmover jobs cancel %d`",
-					ErrGroupBusy, s.Group.Key(), s.Group.ShardIDs, holder, job, job)
-			}
-			if !errors.Is(err, pgx.ErrNoRows) {
-				return err
-			}
-			rows, err := tx.Query(ctx, `INSERT INTO shardmover.moves (job_id, colocation_id, shard_index, shard_ids, shard_tables,
-				source_group, target_group, bytes_total) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING `+moveColumns,
-				job.ID, s.Group.ColocationID, s.Group.Index, s.Group.ShardIDs, s.ShardTables, s.SourceGroup, s.TargetGroup, s.Group.Bytes)
-			if err != nil {
-				return err
-			}
-			m, err := pgx.CollectExactlyOneRow(rows, scanMove)
-			if err != nil {
-				return err
-			}
-			moves = append(moves, m)
-		}
-		return nil
+		job, moves, err = createJobTx(ctx, tx, kind, strategy, l.Epoch, specs)
+		return err
 	})
 	if err != nil {
 		return Job{}, nil, err

@@ -23,6 +23,8 @@ func TestQualifiedNameRoundTrips(t *testing.T) {
 	old, err := ParseQualifiedName("public.events_102008")
 	require.NoError(t, err)
 	assert.Equal(t, pgx.Identifier{"public", "events_102008"}, old, "the journal's older unquoted form")
+	assert.Equal(t, "public.github_users_102008_moved_1", DisplayQualifiedName(QualifiedName(pgx.Identifier{"public", "github_users_102008_moved_1"})))
+	assert.Equal(t, `"a.b"."T 1"`, DisplayQualifiedName(QualifiedName(pgx.Identifier{"a.b", "T 1"})))
 	for _, bad := range []string{`"a`, `"a"`, `"a"x"b"`, `"a"."b"."c"`, "nodot"} {
 		_, err := ParseQualifiedName(bad)
 		assert.Error(t, err, bad)

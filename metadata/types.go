@@ -334,3 +334,36 @@ func ParseQualifiedName(s string) (pgx.Identifier, error) {
 	}
 	return parts, nil
 }
+
+// DisplayQualifiedName renders a name stored by QualifiedName for people:
+// schema.name, each part quoted only when it must be (a plain lower-case
+// identifier is shown as it is). Text it cannot parse is returned as is.
+func DisplayQualifiedName(s string) string {
+	id, err := ParseQualifiedName(s)
+	if err != nil {
+		return s
+	}
+	parts := make([]string, len(id))
+	for i, p := range id {
+		parts[i] = p
+		if !plainIdent(p) {
+			parts[i] = pgx.Identifier{p}.Sanitize()
+		}
+	}
+	return strings.Join(parts, ".")
+}
+
+func plainIdent(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i, r := range s {
+		switch {
+		case r == '_' || (r >= 'a' && r <= 'z'):
+		case i > 0 && (r >= '0' && r <= '9' || r == '$'):
+		default:
+			return false
+		}
+	}
+	return true
+}

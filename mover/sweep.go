@@ -71,6 +71,9 @@ func (e *Engine) Sweep(ctx context.Context, opts SweepOptions) (SweepReport, err
 	for _, rec := range recs {
 		n, ok := nodes[rec.NodeGroup]
 		item := SweepItem{Object: rec.ObjectType, Name: rec.Name}
+		if rec.ObjectType == "table" {
+			item.Name = metadata.DisplayQualifiedName(rec.Name)
+		}
 		if ok {
 			item.Node = n.Addr()
 		}
