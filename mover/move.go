@@ -204,7 +204,10 @@ func (r *run) loop(ctx context.Context) error {
 			if m.CutoverCommitted {
 				return err // past the decision a move never fails: it must finish
 			}
-			return r.fail(ctx, m, phase, err)
+			if ferr := r.fail(ctx, m, phase, err); !errors.Is(ferr, errPastDecision) {
+				return ferr
+			}
+			continue // the decision committed after all: the move finishes
 		}
 		// Transient: retry the step with backoff, but not for longer than
 		// RetryFor without getting past the phase where it began.
@@ -214,7 +217,10 @@ func (r *run) loop(ctx context.Context) error {
 		errPhase = max(errPhase, phase)
 		r.log.Warn("step failed, retrying", zap.String("phase", phase.String()), zap.Error(err), zap.Duration("retry_in", wait))
 		if time.Since(errSince) > r.e.cfg.RetryFor && !m.CutoverCommitted {
-			return r.fail(ctx, m, phase, fmt.Errorf("gave up after %s: %w", r.e.cfg.RetryFor, err))
+			if ferr := r.fail(ctx, m, phase, fmt.Errorf("gave up after %s: %w", r.e.cfg.RetryFor, err)); !errors.Is(ferr, errPastDecision) {
+				return ferr
+			}
+			continue
 		}
 		if err := ctxtime.Sleep(ctx, wait); err != nil {
 			return err
