@@ -129,9 +129,8 @@ func (r *run) tryCutover(ctx context.Context, m metadata.Move, c cutoverConns) e
 		return err
 	}
 	// Flush it now rather than waiting for the WAL writer (which, on an
-	// idle source, may not come for a long while): a transaction with an xid
-	// committed with synchronous_commit = on flushes everything before its
-	// commit record.
+	// idle source, may not come for a long while): the walsender sends only
+	// flushed WAL, so the applier could never reach lsn in time.
 	if err := flushWAL(preCtx, c.flush); err != nil {
 		return fmt.Errorf("flush the source's WAL: %w", err)
 	}
@@ -285,15 +284,19 @@ func (r *run) compareDefinitions(ctx context.Context, m metadata.Move, tx, dtx p
 	return nil
 }
 
-// flushWAL commits a transaction with an xid and synchronous_commit = on
-// on conn, which flushes the server's WAL up to its commit record.
+// flushWAL flushes the server's WAL up to a commit record written now, on
+// conn. A commit is flushed only when its transaction wrote WAL of its own
+// (RecordTransactionCommit): an xid alone (txid_current) is not enough and
+// its commit stays as asynchronous as the rest. So the transaction writes a
+// transactional logical message, which pgoutput does not send (the stream
+// does not ask for messages), and commits with synchronous_commit = on.
 func flushWAL(ctx context.Context, conn *pgx.Conn) error {
 	tx, err := conn.Begin(ctx)
 	if err != nil {
 		return err
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	if _, err := tx.Exec(ctx, "SELECT set_config('synchronous_commit', 'on', true), txid_current()"); err != nil {
+	if _, err := tx.Exec(ctx, "SELECT set_config('synchronous_commit', 'on', true), pg_logical_emit_message(true, 'shardmover', 'flush')"); err != nil {
 		return err
 	}
 	return tx.Commit(ctx)
