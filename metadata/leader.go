@@ -297,3 +297,31 @@ func (c *Catalog) MovesByPhase(ctx context.Context) (map[string]int64, error) {
 	}
 	return out, nil
 }
+
+// VerifyLeadership checks, in a coordinator transaction of its own (safe
+// from any goroutine, unlike CheckLeadership), that l is still the current
+// leadership; it returns ErrNotLeader (wrapped) when it is not.
+func (c *Catalog) VerifyLeadership(ctx context.Context, l *Leadership) error {
+	return c.tx(ctx, func(tx pgx.Tx) error { return fence(ctx, tx, l) })
+}
+
+// FinishLeaderJob is FinishJob for a job run under leadership l: it is
+// refused with ErrNotLeader unless l is still current and still owns the
+// job, so a leader that lost its term cannot overwrite the state the new
+// one records.
+func (c *Catalog) FinishLeaderJob(ctx context.Context, l *Leadership, id int64, state, errText string) error {
+	return c.tx(ctx, func(tx pgx.Tx) error {
+		if err := fence(ctx, tx, l); err != nil {
+			return err
+		}
+		tag, err := tx.Exec(ctx, `UPDATE shardmover.jobs SET state = $2, error = $3, finished_at = now()
+			WHERE id = $1 AND leader_epoch = $4`, id, state, errText, l.Epoch)
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() != 1 {
+			return fmt.Errorf("%w: job %d is owned by another leadership than epoch %d", ErrNotLeader, id, l.Epoch)
+		}
+		return nil
+	})
+}

@@ -89,6 +89,9 @@ func TestLeaderFencing(t *testing.T) {
 	_, err = cat.AdoptJobs(ctx, term1, false, "rebalance")
 	require.ErrorIs(t, err, metadata.ErrNotLeader)
 	require.ErrorIs(t, cat.RecordNodesSeen(ctx, term1, []int32{2}), metadata.ErrNotLeader)
+	require.ErrorIs(t, cat.VerifyLeadership(ctx, term1), metadata.ErrNotLeader)
+	require.ErrorIs(t, cat.FinishLeaderJob(ctx, term1, job1.ID, "paused", ""), metadata.ErrNotLeader,
+		"a lost term cannot record its job's state")
 
 	var lease2 *metadata.Lease
 	require.Eventually(t, func() bool {
@@ -121,6 +124,9 @@ func TestLeaderFencing(t *testing.T) {
 	own, err := cat.AdoptJobs(ctx, term2, true, "rebalance")
 	require.NoError(t, err)
 	assert.Len(t, own, 1)
+	require.NoError(t, cat.VerifyLeadership(ctx, term2))
+	require.NoError(t, cat.FinishLeaderJob(ctx, term2, job1.ID, "paused", ""), "the term that adopted the job records its state")
+	require.ErrorIs(t, cat.FinishLeaderJob(ctx, term2, 424242, "done", ""), metadata.ErrNotLeader, "a job the term does not own")
 
 	// An epoch bumped underneath (another leader recorded itself) fences
 	// the holder even though its session still holds the lock.

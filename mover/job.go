@@ -38,6 +38,15 @@ type JobResult struct {
 // moves before their decision then stop where they are (resumable), moves
 // past it finish first. The job's state is recorded at the end.
 func (e *Engine) RunJob(ctx context.Context, jobID int64, lim Limits) (JobResult, error) {
+	return e.RunJobAs(ctx, jobID, lim, nil)
+}
+
+// RunJobAs is RunJob for a daemon's job, run under leadership term: before
+// each move starts, the term is verified in the journal (a leader that lost
+// its term starts nothing more; moves already running are fenced by their
+// own leases), and the job's final state is recorded only if the term still
+// owns the job. A nil term is RunJob.
+func (e *Engine) RunJobAs(ctx context.Context, jobID int64, lim Limits, term *metadata.Leadership) (JobResult, error) {
 	if lim.Concurrency < 1 {
 		lim.Concurrency = 1
 	}
@@ -102,6 +111,17 @@ func (e *Engine) RunJob(ctx context.Context, jobID int64, lim Limits) (JobResult
 			break
 		}
 		m := moves[i]
+		if term != nil {
+			mu.Unlock()
+			err := e.cat.VerifyLeadership(ctx, term)
+			mu.Lock()
+			if err != nil {
+				if ctx.Err() == nil {
+					errs = append(errs, fmt.Errorf("move %d not started: %w", m.ID, err))
+				}
+				break
+			}
+		}
 		running++
 		busy[m.SourceGroup]++
 		busy[m.TargetGroup]++
@@ -147,7 +167,13 @@ func (e *Engine) RunJob(ctx context.Context, jobID int64, lim Limits) (JobResult
 	if err := errors.Join(errs...); err != nil {
 		errText = err.Error()
 	}
-	_ = e.cat.FinishJob(context.WithoutCancel(ctx), jobID, JobState(res), errText)
+	if term != nil {
+		if err := e.cat.FinishLeaderJob(context.WithoutCancel(ctx), term, jobID, JobState(res), errText); err != nil {
+			e.log.Warn("job state not recorded: this daemon no longer leads", zap.Int64("job_id", jobID), zap.Error(err))
+		}
+	} else {
+		_ = e.cat.FinishJob(context.WithoutCancel(ctx), jobID, JobState(res), errText)
+	}
 	if ctx.Err() != nil {
 		return res, ctx.Err()
 	}

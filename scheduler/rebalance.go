@@ -218,7 +218,7 @@ func (r *Runner) runLocked(ctx context.Context, req JobRequest) (JobOutcome, err
 	}
 	r.log.Info("job started", zap.Int64("job_id", job.ID), zap.String("kind", req.Kind), zap.Int("moves", len(specs)))
 	start := time.Now()
-	out.Result, err = eng.RunJob(ctx, job.ID, req.Limits)
+	out.Result, err = eng.RunJobAs(ctx, job.ID, req.Limits, req.Fence)
 	if r.metrics != nil {
 		r.metrics.JobDuration.WithLabelValues(req.Kind).Observe(time.Since(start).Seconds())
 	}
@@ -285,7 +285,7 @@ func (r *Runner) resumeAs(ctx context.Context, term *metadata.Leadership, own bo
 	for _, j := range adopted {
 		r.log.Info("resuming job", zap.Int64("job_id", j.ID), zap.String("kind", j.Kind), zap.Int64("epoch", term.Epoch))
 		start := time.Now()
-		res, err := r.Engine().RunJob(ctx, j.ID, lim)
+		res, err := r.Engine().RunJobAs(ctx, j.ID, lim, term)
 		if r.metrics != nil {
 			r.metrics.JobDuration.WithLabelValues(j.Kind).Observe(time.Since(start).Seconds())
 		}
