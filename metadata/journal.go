@@ -11,7 +11,7 @@ import (
 	"go.uber.org/zap"
 )
 
-// The journal (schema shardmover on the coordinator, DESIGN.md section 8)
+// The journal (schema shardmover on the coordinator, docs/design.md section 8)
 // records jobs, moves, every phase change and every artifact a move creates.
 // A move's phase column is the truth its mover resumes from.
 
@@ -468,7 +468,7 @@ type CutoverFlip struct {
 	Epoch int64
 }
 
-// CommitCutover is step 5 of DESIGN.md 5.1: in one coordinator transaction
+// CommitCutover is step 5 of docs/design.md 5.1: in one coordinator transaction
 // it points every shard's placement at the target group, marks the move
 // cutover_committed (phase cutover -> cleanup), and records the deferred
 // drop of the old shards. Committing it is the decision.
@@ -552,7 +552,7 @@ type Settlement struct {
 }
 
 // SettleDecision settles whether move id's cutover decision committed, in
-// a way that cannot miss a decision still in flight (DESIGN.md 5.1's
+// a way that cannot miss a decision still in flight (docs/design.md 5.1's
 // recovery rule). It first ends any session still running the move's
 // decision (pg_terminate_backend waits for it to exit: a terminated
 // transaction never commits later), then takes the move row's lock, which

@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// Daemon leadership (DESIGN.md section 9) is a lease with a fencing token.
+// Daemon leadership (docs/design.md section 9) is a lease with a fencing token.
 // The lease is the session advisory lock LockLeader; the token is the epoch
 // in shardmover.leader, bumped by every new leader right after it takes the
 // lock, in a transaction that checks on the lock's own session that it still

@@ -20,7 +20,7 @@ import (
 // within its bound.
 var errPauseExceeded = errors.New("write pause bound reached")
 
-// cutover is DESIGN.md 5.1. On entry (also after a restart) it first
+// cutover is docs/design.md 5.1. On entry (also after a restart) it first
 // settles whatever an earlier attempt may have left: the decision by a read
 // that waits for one in flight, then the fences to match. A decision found
 // committed sends the move on to cleanup; otherwise the attempt below

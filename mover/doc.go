@@ -1,5 +1,5 @@
 // Package mover runs shard-group moves as persisted, resumable state
-// machines (DESIGN.md section 5) and executes them with concurrency limits.
+// machines (docs/design.md section 5) and executes them with concurrency limits.
 //
 // The journal row (metadata.Move) is the truth: at the top of every step the
 // engine re-reads it and derives the next step from its phase, never from

@@ -9,7 +9,7 @@ const (
 	_ Phase = iota
 	// Scheduled: waiting for a worker slot. Exit: picked by an engine.
 	Scheduled
-	// Preflight: every check of DESIGN.md section 5 runs before anything is
+	// Preflight: every check of docs/design.md section 5 runs before anything is
 	// created. Exit: all pass (-> Setup), or the move fails cleanly.
 	Preflight
 	// Setup: target tables (columns, defaults, primary key), publication,
@@ -26,7 +26,7 @@ const (
 	// CatchingUp: the slot streams into the target with exactly-once apply.
 	// Exit: lag below the cutover gate. Resumes from the target's origin.
 	CatchingUp
-	// Cutover: DESIGN.md 5.1. Exit: placements flipped (the phase becomes
+	// Cutover: docs/design.md 5.1. Exit: placements flipped (the phase becomes
 	// Cleanup in the same transaction), or rolled back to CatchingUp.
 	Cutover
 	// Cleanup: slot, publication and origin dropped; old shards recorded

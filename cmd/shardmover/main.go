@@ -82,7 +82,7 @@ func newRoot(g *globals) *cobra.Command {
 }
 
 // catalog opens the coordinator's catalog with the resolution order of
-// DESIGN.md section 11.
+// docs/design.md section 11.
 func (g *globals) catalog(ctx context.Context) (*metadata.Catalog, error) {
 	dsn := g.coordinator
 	if dsn == "" {
@@ -103,7 +103,7 @@ func (e *usageError) Error() string { return e.msg }
 
 func usagef(format string, args ...any) error { return &usageError{fmt.Sprintf(format, args...)} }
 
-// exitCode maps errors to the exit codes of DESIGN.md section 11.
+// exitCode maps errors to the exit codes of docs/design.md section 11.
 func exitCode(err error) int {
 	var u *usageError
 	switch {

@@ -7,7 +7,7 @@
 //   - Generator is deterministic: the same seed gives the same users and
 //     events, byte for byte. Activity is skewed (a Zipf distribution: a few
 //     users produce most events) and payloads are 0.5 to 2 KB of JSON.
-//   - Router is the compat client of DESIGN.md section 7: it hashes the
+//   - Router is the compat client of docs/design.md section 7: it hashes the
 //     distribution value, finds the shard's placement in a cached metadata
 //     snapshot, runs the statement on that node, and on SQLSTATE 42P01
 //     (undefined_table) refreshes the snapshot and retries. It never writes

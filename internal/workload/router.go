@@ -21,7 +21,7 @@ type Metadata interface {
 	NodeSettings(host string, port int) metadata.ConnSettings
 }
 
-// Router routes statements to shard placements (DESIGN.md section 7).
+// Router routes statements to shard placements (docs/design.md section 7).
 type Router struct {
 	md Metadata
 
