@@ -11,6 +11,7 @@ all: build
 ## deps: install what a fresh machine lacks (PostgreSQL server binaries, Go modules).
 deps:
 	@./scripts/ensure-postgres.sh
+	@./scripts/ensure-citus.sh
 	@$(GO) mod download
 
 build:

@@ -7,6 +7,7 @@ import (
 	"strconv"
 
 	"github.com/jackc/pgx/v5"
+	"go.uber.org/zap"
 )
 
 // SnapshotOptions tunes Snapshot.
@@ -81,12 +82,40 @@ func (c *Catalog) readColocations(ctx context.Context, q querier) ([]Colocation,
 	})
 }
 
+// movable is the SQL condition on pg_dist_partition row p that keeps the
+// tables whose shards form movable shard groups. On Citus these are hash-
+// distributed tables and single-shard distributed tables (the tables of a
+// distributed schema, or create_distributed_table with a NULL column: no
+// partkey, a colocation group of their own kind), as in the citus_shards
+// view's citus_table_type; reference tables (repmodel 't', a placement on
+// every node), citus-local tables (colocation 0, on the coordinator),
+// append- and range-distributed tables and tables owned by an extension
+// never move and are left out of the snapshot. Compat has hash tables only.
+func (c *Catalog) movable(p string) string {
+	if c.flavor != Citus {
+		return "true"
+	}
+	return `(` + p + `.partmethod = 'h' OR (` + p + `.partmethod = 'n' AND ` + p + `.repmodel <> 't' AND ` + p + `.colocationid <> 0))
+		AND NOT EXISTS (SELECT 1 FROM pg_depend d WHERE d.classid = 'pg_class'::regclass AND d.objid = ` + p + `.logicalrelid
+			AND d.refclassid = 'pg_extension'::regclass AND d.deptype = 'e')`
+}
+
+// movableShards is a WHERE clause keeping the rows of pg_dist_shard s whose
+// table is movable (empty on compat).
+func (c *Catalog) movableShards(s string) string {
+	if c.flavor != Citus {
+		return ""
+	}
+	return `WHERE EXISTS (SELECT 1 FROM ` + c.t("pg_dist_partition") + ` p WHERE p.logicalrelid = ` + s + `.logicalrelid AND ` + c.movable("p") + `)`
+}
+
 func (c *Catalog) readTables(ctx context.Context, q querier) ([]Table, error) {
 	rows, err := q.Query(ctx, `SELECT n.nspname, cl.relname, p.partmethod::text, coalesce(p.partkey, ''), p.colocationid,
 			(SELECT count(*) FROM `+c.t("pg_dist_shard")+` s WHERE s.logicalrelid = p.logicalrelid)
 		FROM `+c.t("pg_dist_partition")+` p
 		JOIN pg_class cl ON cl.oid = p.logicalrelid
 		JOIN pg_namespace n ON n.oid = cl.relnamespace
+		WHERE `+c.movable("p")+`
 		ORDER BY n.nspname, cl.relname`)
 	if err != nil {
 		return nil, fmt.Errorf("read pg_dist_partition: %w", err)
@@ -138,6 +167,7 @@ func (c *Catalog) readShards(ctx context.Context, q querier) ([]Shard, error) {
 		FROM `+c.t("pg_dist_shard")+` s
 		JOIN pg_class cl ON cl.oid = s.logicalrelid
 		JOIN pg_namespace n ON n.oid = cl.relnamespace
+		`+c.movableShards("s")+`
 		ORDER BY n.nspname, cl.relname, s.shardminvalue::bigint NULLS FIRST, s.shardid`)
 	if err != nil {
 		return nil, fmt.Errorf("read pg_dist_shard: %w", err)
@@ -173,8 +203,13 @@ func (c *Catalog) readShards(ctx context.Context, q querier) ([]Shard, error) {
 }
 
 func (c *Catalog) readPlacements(ctx context.Context, q querier) ([]Placement, error) {
-	rows, err := q.Query(ctx, `SELECT placementid, shardid, shardstate, shardlength, groupid
-		FROM `+c.t("pg_dist_placement")+` ORDER BY shardid, placementid`)
+	where := ""
+	if c.flavor == Citus {
+		where = `WHERE pl.shardid IN (SELECT s.shardid FROM ` + c.t("pg_dist_shard") + ` s ` + c.movableShards("s") + `)`
+	}
+	rows, err := q.Query(ctx, `SELECT pl.placementid, pl.shardid, pl.shardstate, pl.shardlength, pl.groupid
+		FROM `+c.t("pg_dist_placement")+` pl `+where+`
+		ORDER BY pl.shardid, pl.placementid`)
 	if err != nil {
 		return nil, fmt.Errorf("read pg_dist_placement: %w", err)
 	}
@@ -239,8 +274,26 @@ func (cl *Cluster) buildGroups() {
 
 // measure fills ShardGroup.Bytes with pg_total_relation_size of every shard
 // of the group, measured on the node holding it. A node that cannot be
-// reached leaves its groups with SizeKnown = false and adds a warning.
+// reached leaves its groups with SizeKnown = false and adds a warning. On
+// Citus the sizes are Citus's own (citus_shard_sizes() on the coordinator,
+// what citus_shards shows and Citus's rebalancer weighs); when that call
+// fails, each node is measured as on compat.
 func (c *Catalog) measure(ctx context.Context, cl *Cluster) {
+	if c.flavor == Citus {
+		sizes, err := c.citusShardSizes(ctx)
+		if err == nil {
+			for i := range cl.Groups {
+				g := &cl.Groups[i]
+				g.Bytes = 0
+				for _, id := range g.ShardIDs {
+					g.Bytes += sizes[id]
+				}
+				g.SizeKnown = true
+			}
+			return
+		}
+		c.log.Debug("citus_shard_sizes() failed; measuring each node", zap.Error(err))
+	}
 	shardByID := make(map[int64]Shard, len(cl.Shards))
 	for _, s := range cl.Shards {
 		shardByID[s.ID] = s
@@ -274,6 +327,25 @@ func (c *Catalog) measure(ctx context.Context, cl *Cluster) {
 			g.SizeKnown = true
 		}
 	}
+}
+
+// citusShardSizes reads citus_shard_sizes(), keeping the largest size of
+// each shard as the citus_shards view does.
+func (c *Catalog) citusShardSizes(ctx context.Context) (map[int64]int64, error) {
+	rows, err := c.pool.Query(ctx, `SELECT shard_id::bigint, max(size)::bigint FROM pg_catalog.citus_shard_sizes() GROUP BY shard_id`)
+	if err != nil {
+		return nil, err
+	}
+	out := map[int64]int64{}
+	for rows.Next() {
+		var id, size int64
+		if err := rows.Scan(&id, &size); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		out[id] = size
+	}
+	return out, rows.Err()
 }
 
 func (c *Catalog) shardSizes(ctx context.Context, node Node, idx []int, cl *Cluster, shardByID map[int64]Shard) (map[int64]int64, error) {

@@ -2,10 +2,12 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/spf13/cobra"
 
 	"github.com/shardmover/shardmover/internal/sandbox"
@@ -24,7 +26,12 @@ func newSandboxUp(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "up",
 		Short: "Start (or create) the sandbox: a coordinator and N workers on loopback",
-		Args:  cobra.NoArgs,
+		Long: "Start (or create) the sandbox: a coordinator and N workers on loopback.\n\n" +
+			"By default the sandbox is a compat cluster (plain PostgreSQL, shardmover's catalogs). With --citus it is\n" +
+			"a Citus cluster: every node preloads citus and has the extension, the coordinator is registered with\n" +
+			"citus_set_coordinator_host and every worker with citus_add_node (metadata synced to the workers).\n" +
+			"An existing sandbox keeps the flavor it was created with.",
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg.Dir = g.sandboxDir
 			cfg.Logger = g.log
@@ -33,6 +40,9 @@ func newSandboxUp(g *globals) *cobra.Command {
 			}
 			ctx := cmd.Context()
 			c, err := sandbox.Up(ctx, cfg)
+			if errors.Is(err, sandbox.ErrNoCitus) {
+				return usagef("sandbox up --citus: %v", err)
+			}
 			if err != nil {
 				return err
 			}
@@ -44,6 +54,7 @@ func newSandboxUp(g *globals) *cobra.Command {
 	}
 	cmd.Flags().IntVar(&cfg.BasePort, "port", cfg.BasePort, "coordinator port; worker i uses port+i")
 	cmd.Flags().IntVar(&cfg.Workers, "nodes", cfg.Workers, "number of workers besides the coordinator")
+	cmd.Flags().BoolVar(&cfg.Citus, "citus", false, "create a Citus cluster (needs the Citus extension installed for the PostgreSQL server)")
 	return cmd
 }
 
@@ -120,7 +131,7 @@ func printSandbox(cmd *cobra.Command, g *globals, c *sandbox.Cluster) error {
 func newSandboxAddNode(g *globals) *cobra.Command {
 	return &cobra.Command{
 		Use:   "add-node",
-		Short: "Start one more sandbox worker and register it",
+		Short: "Start one more sandbox worker and register it (citus_add_node on a Citus sandbox)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c, err := sandbox.Open(g.sandboxDir, g.log)
@@ -149,7 +160,11 @@ func newSandboxLoad(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "load",
 		Short: "Create and distribute github_users and github_events, then load generated data through COPY",
-		Args:  cobra.NoArgs,
+		Long: "Create and distribute github_users and github_events (colocated by user_id), then load generated data\n" +
+			"through COPY. On a compat cluster rows are copied straight into the shards the metadata names; on a\n" +
+			"Citus cluster the tables are distributed with create_distributed_table and rows are copied through\n" +
+			"the coordinator, which routes them.",
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if opts.Users < 1 {
 				return usagef("--users must be at least 1, got %d", opts.Users)
@@ -166,6 +181,9 @@ func newSandboxLoad(g *globals) *cobra.Command {
 				return err
 			}
 			defer cat.Close()
+			if cat.Flavor() == metadata.Citus {
+				return citusLoad(cmd, g, cat, shards, opts)
+			}
 			if err := workload.Setup(ctx, cat, shards); err != nil {
 				return err
 			}
@@ -197,4 +215,71 @@ func newSandboxLoad(g *globals) *cobra.Command {
 	f.Uint64Var(&opts.Seed, "seed", opts.Seed, "generator seed (same seed, same data)")
 	f.IntVar(&shards, "shards", shards, "shard count when the tables are distributed by this command")
 	return cmd
+}
+
+// citusDistributor distributes the workload's tables with Citus's own
+// create_distributed_table.
+type citusDistributor struct{ *metadata.Catalog }
+
+func (d citusDistributor) CreateDistributedTable(ctx context.Context, o metadata.DistributeOptions) (metadata.Table, error) {
+	colocate := o.ColocateWith
+	if colocate == "" {
+		colocate = "default"
+	}
+	var err error
+	if o.ShardCount > 0 {
+		_, err = d.Pool().Exec(ctx, `SELECT create_distributed_table($1::text::regclass, $2, colocate_with := $3, shard_count := $4)`,
+			o.Table, o.Column, colocate, o.ShardCount)
+	} else {
+		_, err = d.Pool().Exec(ctx, `SELECT create_distributed_table($1::text::regclass, $2, colocate_with := $3)`, o.Table, o.Column, colocate)
+	}
+	if err != nil {
+		return metadata.Table{}, fmt.Errorf("create_distributed_table(%s, %s): %w", o.Table, o.Column, err)
+	}
+	return metadata.Table{}, nil
+}
+
+// citusLoad is sandbox load on a Citus cluster: the same tables and rows as
+// on compat (same seed, same data), distributed by Citus and copied through
+// the coordinator.
+func citusLoad(cmd *cobra.Command, g *globals, cat *metadata.Catalog, shards int, opts workload.LoadOptions) error {
+	ctx := cmd.Context()
+	if err := workload.Setup(ctx, citusDistributor{cat}, shards); err != nil {
+		return err
+	}
+	if opts.ChunkRows <= 0 {
+		opts.ChunkRows = workload.DefaultLoadOptions().ChunkRows
+	}
+	bar := newProgress(os.Stderr, g.log)
+	start := time.Now()
+	gen := workload.NewGenerator(opts.Seed, opts.Users)
+	copyRows := func(table string, cols []string, total int64, row func(id int64) []any) error {
+		for from := int64(1); from <= total; from += int64(opts.ChunkRows) {
+			to := min(from+int64(opts.ChunkRows)-1, total)
+			rows := make([][]any, 0, to-from+1)
+			for id := from; id <= to; id++ {
+				rows = append(rows, row(id))
+			}
+			if _, err := cat.Pool().CopyFrom(ctx, pgx.Identifier{table}, cols, pgx.CopyFromRows(rows)); err != nil {
+				return fmt.Errorf("copy into %s through the coordinator: %w", table, err)
+			}
+			bar.update(table, to, total)
+		}
+		return nil
+	}
+	err := copyRows(workload.UsersTable, workload.UserColumns, opts.Users, func(id int64) []any { return gen.User(id).Values() })
+	if err == nil {
+		err = copyRows(workload.EventsTable, workload.EventColumns, opts.Events, func(id int64) []any { return gen.Event(id).Values() })
+	}
+	bar.finish()
+	if err != nil {
+		return err
+	}
+	el := time.Since(start)
+	if g.output == "json" {
+		return writeJSON(cmd.OutOrStdout(), map[string]any{"users": opts.Users, "events": opts.Events, "seconds": el.Seconds()})
+	}
+	fmt.Fprintf(cmd.OutOrStdout(), "loaded %d users and %d events through the Citus coordinator in %s (%.0f rows/s)\n",
+		opts.Users, opts.Events, el.Round(time.Millisecond), float64(opts.Users+opts.Events)/el.Seconds())
+	return nil
 }

@@ -21,4 +21,12 @@
 //     re-initialises an existing data directory.
 //   - The sandbox knows nothing of shardmover's catalogs: registering nodes is
 //     the caller's job (package metadata).
+//   - With Config.Citus the sandbox is a Citus cluster (CitusAvailable says
+//     whether the servers can load Citus; ErrNoCitus otherwise): every node
+//     also has shared_preload_libraries = 'citus' (first in the list),
+//     citus.node_conninfo = 'sslmode=disable' and citus.local_hostname =
+//     '127.0.0.1', and the extension; the coordinator is group 0 through
+//     citus_set_coordinator_host and every worker, AddNode's too, is added
+//     with citus_add_node, which syncs the metadata to it (Citus 11+). The
+//     flavor is persisted; plain Up keeps the compat cluster unchanged.
 package sandbox

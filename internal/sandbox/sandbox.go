@@ -52,6 +52,12 @@ type Config struct {
 	Settings map[string]string
 	// Logger receives progress; nil means no logging.
 	Logger *zap.Logger
+	// Citus makes a new sandbox a Citus cluster (see citus.go): every node
+	// preloads the citus library and has the extension, the coordinator is
+	// registered with citus_set_coordinator_host and every worker with
+	// citus_add_node. An existing sandbox keeps the flavor it was created
+	// with; asking for Citus on an existing compat sandbox is ErrBadConfig.
+	Citus bool
 }
 
 // DefaultConfig returns the CLI's defaults: ./.sandbox, ports 9700.., two workers.
@@ -86,6 +92,8 @@ type Cluster struct {
 	// node has its own reserved port (see ReservePorts), and a node whose
 	// port was taken by the time its server bound it moves to another.
 	FreePorts bool `json:"free_ports,omitempty"`
+	// Citus is set when the sandbox is a Citus cluster (Config.Citus).
+	Citus bool `json:"citus,omitempty"`
 
 	log *zap.Logger
 	mu  sync.Mutex
@@ -149,6 +157,9 @@ func Up(ctx context.Context, cfg Config) (*Cluster, error) {
 		if cfg.BinDir != "" {
 			c.BinDir = cfg.BinDir
 		}
+		if cfg.Citus && !c.Citus {
+			return nil, fmt.Errorf("%w: the sandbox in %s is a plain PostgreSQL (compat) cluster; delete it with `shardmover sandbox down --purge --dir %s` before starting a Citus sandbox there", ErrBadConfig, cfg.Dir, cfg.Dir)
+		}
 	case errors.Is(err, ErrNotRunning):
 		bin, err := FindBinDir(cfg.BinDir)
 		if err != nil {
@@ -158,12 +169,17 @@ func Up(ctx context.Context, cfg Config) (*Cluster, error) {
 		if err != nil {
 			return nil, err
 		}
-		c = &Cluster{Dir: abs, BinDir: bin, Settings: cfg.Settings, FreePorts: cfg.BasePort == 0, log: log}
+		c = &Cluster{Dir: abs, BinDir: bin, Settings: cfg.Settings, FreePorts: cfg.BasePort == 0, Citus: cfg.Citus, log: log}
 	default:
 		return nil, err
 	}
 	if _, err := os.Stat(filepath.Join(c.BinDir, "pg_ctl")); err != nil {
 		return nil, ErrNoBinaries
+	}
+	if c.Citus {
+		if err := CitusAvailable(c.BinDir); err != nil {
+			return nil, err
+		}
 	}
 	// Plan the nodes that must exist.
 	want := cfg.Workers + 1
@@ -200,6 +216,11 @@ func Up(ctx context.Context, cfg Config) (*Cluster, error) {
 	for i := range c.Nodes {
 		if err := c.startNodeAt(ctx, i); err != nil {
 			c.releasePorts()
+			return nil, err
+		}
+	}
+	if c.Citus {
+		if err := c.setupCitus(ctx); err != nil {
 			return nil, err
 		}
 	}
@@ -245,7 +266,9 @@ func (c *Cluster) releasePorts() {
 	}
 }
 
-// AddNode initialises and starts one more worker and returns it.
+// AddNode initialises and starts one more worker and returns it. On a Citus
+// sandbox the worker also gets the extension and is added to the cluster
+// with citus_add_node (which syncs the metadata to it).
 func (c *Cluster) AddNode(ctx context.Context) (Node, error) {
 	c.mu.Lock()
 	base := 0
@@ -285,8 +308,14 @@ func (c *Cluster) AddNode(ctx context.Context) (Node, error) {
 		return Node{}, err
 	}
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.Nodes[i], nil
+	n = c.Nodes[i]
+	c.mu.Unlock()
+	if c.Citus {
+		if err := c.setupCitus(ctx); err != nil {
+			return n, err
+		}
+	}
+	return n, nil
 }
 
 // Down stops every server (fast shutdown). With purge it also deletes Dir.
@@ -521,8 +550,16 @@ func (c *Cluster) writeConf(n Node) error {
 		"logging_collector":         "off",
 		"log_min_messages":          "warning",
 	}
+	if c.Citus {
+		for k, v := range citusSettings {
+			settings[k] = v
+		}
+	}
 	for k, v := range c.Settings {
 		settings[k] = v
+	}
+	if c.Citus {
+		settings["shared_preload_libraries"] = withCitusFirst(settings["shared_preload_libraries"])
 	}
 	keys := make([]string, 0, len(settings))
 	for k := range settings {

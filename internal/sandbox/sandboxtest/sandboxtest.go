@@ -22,12 +22,18 @@ func New(t testing.TB, workers int) *sandbox.Cluster {
 // NewWithSettings is New with extra postgresql.conf settings on every node.
 func NewWithSettings(t testing.TB, workers int, settings map[string]string) *sandbox.Cluster {
 	t.Helper()
+	return start(t, sandbox.Config{Workers: workers, Settings: settings})
+}
+
+func start(t testing.TB, cfg sandbox.Config) *sandbox.Cluster {
+	t.Helper()
 	dir, err := os.MkdirTemp("", "shardmover-test-")
 	require.NoError(t, err)
 	require.NoError(t, os.Chmod(dir, 0o755))
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	c, err := sandbox.Up(ctx, sandbox.Config{Dir: dir, Workers: workers, Settings: settings})
+	cfg.Dir = dir
+	c, err := sandbox.Up(ctx, cfg)
 	if err != nil {
 		_ = os.RemoveAll(dir)
 	}
@@ -54,5 +60,42 @@ func NewCompat(t testing.TB, workers int) (*sandbox.Cluster, *metadata.Catalog) 
 	require.NoError(t, err)
 	t.Cleanup(cat.Close)
 	require.NoError(t, c.Register(ctx, cat))
+	return c, cat
+}
+
+// RequireCitusEnv is the environment variable that makes Citus tests fail
+// instead of skipping when Citus is not installed (.ci/run sets it: CI
+// installs Citus with make deps, so a skip there would hide a broken install).
+const RequireCitusEnv = "SHARDMOVER_REQUIRE_CITUS"
+
+// RequireCitus skips the test, with one sentence saying what to install, when
+// the PostgreSQL server cannot load Citus; with SHARDMOVER_REQUIRE_CITUS set
+// it fails instead.
+func RequireCitus(t testing.TB) {
+	t.Helper()
+	err := sandbox.CitusAvailable("")
+	if err == nil {
+		return
+	}
+	if os.Getenv(RequireCitusEnv) != "" {
+		t.Fatalf("%s is set but Citus cannot be used: %v", RequireCitusEnv, err)
+	}
+	t.Skipf("Citus tests skipped: %v", err)
+}
+
+// NewCitus starts a Citus sandbox (a coordinator and the given number of
+// workers, every worker added with citus_add_node and metadata synced) and
+// opens a catalog on its coordinator, closed when the test ends. It skips or
+// fails as RequireCitus does when Citus is not installed.
+func NewCitus(t testing.TB, workers int) (*sandbox.Cluster, *metadata.Catalog) {
+	t.Helper()
+	RequireCitus(t)
+	c := start(t, sandbox.Config{Workers: workers, Citus: true})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cat, err := metadata.Open(ctx, metadata.Config{Coordinator: c.Coordinator().DSN()})
+	require.NoError(t, err)
+	t.Cleanup(cat.Close)
+	require.Equal(t, metadata.Citus, cat.Flavor(), "a Citus sandbox's coordinator must be read as the citus flavor")
 	return c, cat
 }
