@@ -54,7 +54,12 @@ type unit struct {
 // is never permanent and hides the cause's class on purpose: the session
 // replays the same transactions in strict source order, and only a failure
 // there is judged.
-type reorderedError struct{ err error }
+type reorderedError struct {
+	err error
+	// rel is the quoted name of the relation whose statement failed on an
+	// integrity constraint (SQLSTATE class 23), or "".
+	rel string
+}
 
 func (e *reorderedError) Error() string {
 	return "apply regrouped changes (replaying them in source order): " + e.err.Error()
@@ -121,7 +126,9 @@ func (c check) what() string {
 // column value that moves from one row to another): such a unit fails, and
 // the session then replays those transactions strictly (see
 // reorderedError): one statement per change in the source's exact order,
-// so that any error it meets is the source's own and names the row.
+// so that any error it meets is the source's own and names the row. The
+// failing statement's table, when it broke an integrity constraint, is
+// then ordered: only its inserts are regrouped from then on (see apply).
 type applier struct {
 	exec *executor
 	cur  unit
@@ -134,6 +141,10 @@ type applier struct {
 	byKind map[runKey]*run   // the same, by relation and shape
 	seen   map[rowKey]rowRef // rows changed in the segment
 	spare  []*run
+
+	// ordered: relations whose updates and deletes are always applied in
+	// source order (Stream.ordered; read only here).
+	ordered map[string]bool
 
 	nextStmt  int
 	typeNames map[uint32]string // built-in type OID -> SQL name
@@ -157,8 +168,8 @@ type rowRef struct {
 	i   int
 }
 
-func newApplier(x *executor, typeNames map[uint32]string) *applier {
-	return &applier{exec: x, typeNames: typeNames, byKind: map[runKey]*run{}, seen: map[rowKey]rowRef{}}
+func newApplier(x *executor, typeNames map[uint32]string, ordered map[string]bool) *applier {
+	return &applier{exec: x, typeNames: typeNames, ordered: ordered, byKind: map[runKey]*run{}, seen: map[rowKey]rowRef{}}
 }
 
 func (a *applier) queueSQL(sql string, values [][]byte, oids []uint32, c check) {
@@ -189,7 +200,15 @@ func (a *applier) apply(ctx context.Context, s *stmt) error {
 	for _, v := range s.values {
 		a.size += len(v)
 	}
-	if !s.batchable || a.strict {
+	// A relation with a constraint between rows that failed regrouped:
+	// its inserts still go in runs, but every other change of it ends the
+	// segment and goes out alone, so inserts are reordered only among
+	// inserts with no other change of that relation in between. Such
+	// inserts do not conflict in any order: each one satisfied the
+	// constraints against the rows already there, the earlier inserts
+	// included, and a pairwise constraint holds for the set whatever the
+	// order it is built in.
+	if !s.batchable || a.strict || (s.kind != 'I' && a.ordered[s.rel.quoted]) {
 		a.emitRuns()
 		a.queueStmt(s)
 	} else {
@@ -429,6 +448,9 @@ type executor struct {
 	in   chan unit
 	done chan struct{} // closed when run returns
 	err  error         // why run returned; read after done
+	// failedRel is the relation whose statement failed on an integrity
+	// constraint, if one did.
+	failedRel string
 }
 
 func newExecutor(s *Stream, conn *pgconn.PgConn) *executor {
@@ -459,7 +481,7 @@ func (x *executor) run(ctx context.Context) {
 	for u := range x.in {
 		if err := x.do(ctx, &u); err != nil {
 			if u.reordered {
-				err = &reorderedError{err: err}
+				err = &reorderedError{err: err, rel: x.failedRel}
 			}
 			x.err = err
 			// Drain so a blocked submit sees done rather than a full queue.
@@ -491,17 +513,18 @@ func (x *executor) do(ctx context.Context, u *unit) error {
 			}
 			c := u.checks[i]
 			if r.Err != nil {
-				err := fmt.Errorf("apply %s on the target: %w%s", c.what(), r.Err, schemaHint(r.Err))
-				if isPermanent(r.Err) {
-					return permanent(err)
-				}
-				return err
+				return x.failed(c, r.Err)
 			}
 			if c.rows > 0 && r.CommandTag.RowsAffected() != c.rows {
 				return permanent(fmt.Errorf("%w: %s found %d rows on the target, want %d", ErrDiverged, c.what(), r.CommandTag.RowsAffected(), c.rows))
 			}
 		}
 		if err != nil {
+			// A server error ends the batch's results: the results read
+			// are those of the commands before the one that failed.
+			if i := len(results); pgCode(err) != "" && i < len(u.checks) {
+				return x.failed(u.checks[i], err)
+			}
 			return fmt.Errorf("apply on the target: %w", err)
 		}
 		if len(results) != len(u.checks) {
@@ -524,6 +547,19 @@ func (x *executor) do(ctx context.Context, u *unit) error {
 		x.s.popOldest()
 	}
 	return nil
+}
+
+// failed describes the server error err of the command c checks, and
+// notes the relation when it is an integrity constraint's (class 23).
+func (x *executor) failed(c check, err error) error {
+	if code := pgCode(err); c.s != nil && len(code) == 5 && code[:2] == "23" {
+		x.failedRel = c.s.rel.quoted
+	}
+	werr := fmt.Errorf("apply %s on the target: %w%s", c.what(), err, schemaHint(err))
+	if isPermanent(err) {
+		return permanent(werr)
+	}
+	return werr
 }
 
 // loadTypeNames reads the names by which the multi-row statements cast

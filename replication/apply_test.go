@@ -18,7 +18,8 @@ import (
 // to distinct rows into multi-row statements. A unique value that moves
 // from a deleted row to a new one makes the regrouped order fail on the
 // target; the stream must replay those transactions in source order and
-// carry on, regrouping again afterwards.
+// carry on, regrouping again afterwards (the table's inserts; its updates
+// and deletes stay in source order, see TestSwapsKeepProgressAfterReplay).
 func TestRegroupedChangesFallBackToSourceOrder(t *testing.T) {
 	e := newEnv(t)
 	e.both(`CREATE TABLE acct (id int PRIMARY KEY, email text UNIQUE NOT NULL, n int NOT NULL DEFAULT 0)`)

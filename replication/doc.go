@@ -99,9 +99,24 @@
 //     update+delete): only the final state is ever visible on the target.
 //     Any other second change of a row starts a new segment, so each row's
 //     changes keep their order. Should a regrouped round trip fail (a unique value moving
-//     between rows can), nothing of it commits and those transactions are
-//     replayed one statement per change in exact source order; only that
-//     replay's failure counts. An UPDATE or DELETE that finds fewer rows
+//     between rows can), nothing of its target transaction commits: the
+//     session ends and the next one starts again from the origin's durable
+//     progress (pg_replication_origin_progress; the slot's confirmed
+//     position is never ahead of it) and replays every transaction up to
+//     the last one the failed session had begun or received one statement
+//     per change in exact source order; only that replay's failure counts.
+//     The target transaction holding the end of the replayed stretch
+//     commits, with its origin progress, before the first later
+//     transaction is applied, so grouping resumes only behind durable
+//     replayed progress and a later failure cannot take the replay with
+//     it. When the failed statement broke an integrity constraint (SQLSTATE
+//     class 23: UNIQUE, EXCLUDE, deferrable or not), its table is
+//     remembered for the Stream's life: its INSERTs are still grouped, in
+//     runs of inserts alone, but each of its UPDATEs and DELETEs ends the
+//     segment and is applied alone in source order. Inserts with no other
+//     change of their table in between satisfy a constraint between rows in
+//     any order, so a workload that keeps moving unique values between rows
+//     falls back once per table, not once per move. An UPDATE or DELETE that finds fewer rows
 //     than it names stops the stream with ErrDiverged, and its target
 //     transaction does not commit: COMMIT is sent only after every row
 //     count checks out.

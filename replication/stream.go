@@ -89,9 +89,21 @@ type Stream struct {
 	walBlock     uint64        // the source's WAL page size
 
 	// strictUntil: transactions that commit at or before it are applied
-	// in strict source order, after regrouped changes failed there. Only
-	// the Run goroutine touches it.
+	// in strict source order, after regrouped changes failed there. The
+	// target transaction holding the last of them commits before any
+	// later transaction is applied (see session.handle), so the replayed
+	// stretch is durable before grouping resumes. Only the Run goroutine
+	// touches it.
 	strictUntil pglogrepl.LSN
+	// ordered holds the relations (by quoted, schema-qualified name) on
+	// which a regrouped statement failed on an integrity constraint: a
+	// constraint between rows (UNIQUE, EXCLUDE) that the source's order
+	// satisfies and the regrouped order need not. For the rest of this
+	// Stream's life only their INSERTs are grouped (into runs of inserts
+	// alone); their UPDATEs and DELETEs are applied one statement per
+	// change in source order. Only the Run goroutine touches it (sessions'
+	// appliers read it).
+	ordered map[string]bool
 }
 
 // maxPageHeader is SizeOfXLogLongPHD, the largest WAL page header. No WAL
@@ -147,6 +159,7 @@ func NewStream(cfg StreamConfig) (*Stream, error) {
 	return &Stream{
 		cfg: cfg, log: log, srcCfg: src, tgtCfg: tgt,
 		waiting:  map[pglogrepl.LSN]int{},
+		ordered:  map[string]bool{},
 		walBlock: 8192,
 		advanced: make(chan struct{}),
 	}, nil
@@ -426,7 +439,7 @@ func (s *Stream) session(ctx context.Context) (err error) {
 	x := newExecutor(s, tgt)
 	go x.run(xctx)
 	defer func() { xcancel(); x.close() }()
-	ss := &session{s: s, src: src, exec: x, app: newApplier(x, types), dec: newDecoder(), skipBefore: progress,
+	ss := &session{s: s, src: src, exec: x, app: newApplier(x, types, s.ordered), dec: newDecoder(), skipBefore: progress,
 		proto2: proto2, spools: map[uint32]*spool{}}
 	defer ss.closeSpools()
 	err = ss.loop(ctx)
@@ -436,6 +449,10 @@ func (s *Stream) session(ctx context.Context) (err error) {
 		// has begun, so none commits after lastFinal.
 		s.strictUntil = max(s.strictUntil, ss.lastFinal, ss.received)
 		s.log.Info("regrouped changes failed on the target; applying these transactions in source order", zap.Stringer("until", s.strictUntil), zap.Error(re.err))
+		if re.rel != "" && !s.ordered[re.rel] {
+			s.ordered[re.rel] = true
+			s.log.Info("a constraint between rows of this table failed on regrouped changes; from now on only its inserts are grouped, its updates and deletes applied in source order", zap.String("table", re.rel))
+		}
 	}
 	return err
 }
@@ -758,8 +775,14 @@ func (ss *session) handle(ctx context.Context, data []byte, msg pglogrepl.Messag
 		if ss.txnOpen {
 			return permanent(errors.New("decode pgoutput: Begin inside an open transaction"))
 		}
-		// A due group is committed before the next transaction starts.
-		if ss.groupDue(time.Now()) {
+		strict := m.FinalLSN <= ss.s.strictUntil
+		// A due group is committed before the next transaction starts. So
+		// is the stretch replayed in source order, at its end: were the
+		// transactions regrouped after it in the same target transaction,
+		// a failure of theirs would roll the replay back with them, and
+		// a session that keeps failing that way would never record any
+		// progress (the origin stuck at where the first failure left it).
+		if ss.groupDue(time.Now()) || (ss.app.strict && !strict) {
 			if err := ss.commitGroup(ctx); err != nil {
 				return err
 			}
@@ -767,7 +790,7 @@ func (ss *session) handle(ctx context.Context, data []byte, msg pglogrepl.Messag
 		ss.txnOpen = true
 		ss.skip = m.FinalLSN < ss.skipBefore
 		ss.lastFinal = max(ss.lastFinal, m.FinalLSN)
-		ss.app.setStrict(m.FinalLSN <= ss.s.strictUntil)
+		ss.app.setStrict(strict)
 		if !ss.skip && ss.groupTxns == 0 {
 			ss.groupStart = time.Now()
 			ss.s.pushOldest(m.CommitTime)
