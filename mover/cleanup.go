@@ -35,6 +35,9 @@ func (r *run) cleanup(ctx context.Context, m metadata.Move) error {
 		}
 	}
 	r.stopStream()
+	if err := r.finishIdentity(ctx, m); err != nil {
+		return err
+	}
 	if err := r.dropArtifacts(ctx, m, metadata.CleanupAlways); err != nil {
 		return err
 	}
@@ -42,6 +45,64 @@ func (r *run) cleanup(ctx context.Context, m metadata.Move) error {
 		return err
 	}
 	r.progress(Progress{MoveID: m.ID, Phase: Done, BytesDone: m.BytesTotal, BytesTotal: m.BytesTotal})
+	return nil
+}
+
+// finishIdentity makes sure the target's identity columns have the
+// source's kind after the decision. The cutover finishes them in a target
+// transaction that commits right after the decision; when that commit did
+// not happen (the target was cut off, the mover died), the target still has
+// them BY DEFAULT and its sequences where the copy left them. Writers may
+// have used those sequences since the placements flipped, so each sequence
+// is set to the furthest of the source's position and the values the
+// target already holds, never back.
+func (r *run) finishIdentity(ctx context.Context, m metadata.Move) error {
+	src, dst, err := r.connectBoth(ctx)
+	if err != nil {
+		return err
+	}
+	defer closeBoth(ctx, src, dst)
+	for _, t := range shardIdents(m) {
+		old := pgx.Identifier{t[0], movedName(t[1], m.ID)}
+		want, err := metadata.ReadTableDDL(ctx, src, old)
+		if err != nil {
+			return fmt.Errorf("read the definition of %s on the source: %w", old.Sanitize(), err)
+		}
+		got, err := metadata.ReadTableDDL(ctx, dst, t)
+		if err != nil {
+			return fmt.Errorf("read the definition of %s on the target: %w", t.Sanitize(), err)
+		}
+		kinds := map[string]bool{}
+		for _, c := range got.Columns {
+			if c.Identity != nil {
+				kinds[c.Name] = c.Identity.Always
+			}
+		}
+		for _, c := range want.Columns {
+			always, ok := kinds[c.Name]
+			if c.Identity == nil || !ok || always == c.Identity.Always {
+				continue
+			}
+			kind, far := "BY DEFAULT", "greatest"
+			if c.Identity.Always {
+				kind = "ALWAYS"
+			}
+			if c.Identity.Increment < 0 {
+				far = "least"
+			}
+			col := pgx.Identifier{c.Name}.Sanitize()
+			stmts := []string{
+				"ALTER TABLE " + t.Sanitize() + " ALTER COLUMN " + col + " SET GENERATED " + kind,
+				fmt.Sprintf("SELECT pg_catalog.setval(pg_catalog.pg_get_serial_sequence(%s, %s), %s(%d, (SELECT %s(%s) FROM %s)), true)",
+					quoteLiteral(t.Sanitize()), quoteLiteral(c.Name), far, c.Identity.LastValue,
+					map[string]string{"greatest": "max", "least": "min"}[far], col, t.Sanitize()),
+			}
+			if err := metadata.RunDDL(ctx, dst, stmts...); err != nil {
+				return fmt.Errorf("finish identity column %s of %s on the target: %w", col, t.Sanitize(), err)
+			}
+			r.log.Warn("finished an identity column the cutover had left unfinished", zap.String("table", t.Sanitize()), zap.String("column", c.Name))
+		}
+	}
 	return nil
 }
 

@@ -218,14 +218,14 @@ func (r *run) tryCutover(ctx context.Context, m metadata.Move, c cutoverConns) e
 		// Committed after all; settle committed the fence.
 		r.log.Info("cutover decision committed after all")
 		if err := dtx.Commit(context.WithoutCancel(ctx)); err != nil {
-			r.log.Error("finishing identity columns on the target failed after the decision; cleanup finishes them", zap.Error(err))
+			r.log.Error("finishing identity columns on the target failed after the decision; the cleanup phase finishes them", zap.Error(err))
 		}
 	} else {
 		if err := r.cutoverHook("decided"); err != nil {
 			return err
 		}
 		if err := dtx.Commit(context.WithoutCancel(ctx)); err != nil {
-			r.log.Error("finishing identity columns on the target failed after the decision; cleanup finishes them", zap.Error(err))
+			r.log.Error("finishing identity columns on the target failed after the decision; the cleanup phase finishes them", zap.Error(err))
 		}
 		if _, err := settlePrepared(context.WithoutCancel(ctx), src, gid, true); err != nil {
 			// The decision stands; cleanup settles the fence again.
