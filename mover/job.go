@@ -180,16 +180,27 @@ func (e *Engine) RunJobAs(ctx context.Context, jobID int64, lim Limits, term *me
 	return res, errors.Join(errs...)
 }
 
-// JobState names a job's state from how its moves ended: paused while any
-// is unfinished, failed if any failed, cancelled if all that ended were
-// cancelled, else done.
+// JobState is the one rule for a job's state, from how its moves ended;
+// RunJob records it, and every command that ends a job goes through
+// RunJob. Worst outcome wins:
+//
+//   - paused while any move is unfinished (the job can be resumed);
+//   - failed if any move failed;
+//   - cancelled if any move was cancelled (and none failed);
+//   - done only when every move is done (a job with no moves is done).
+//
+// A job with some moves done and some cancelled is cancelled, not done:
+// it did not carry out its plan, and the operator (or a process acting for
+// one) stopped it; the moves that were done stay done, and the counts of
+// each end are in the job's moves. "done" always means the whole plan
+// happened, so nobody needs to read the moves to trust it.
 func JobState(r JobResult) string {
 	switch {
 	case r.Unfinished > 0:
 		return "paused"
 	case r.Failed > 0:
 		return "failed"
-	case r.Cancelled > 0 && r.Done == 0:
+	case r.Cancelled > 0:
 		return "cancelled"
 	}
 	return "done"

@@ -15,8 +15,11 @@ import (
 	"github.com/shardmover/shardmover/planner"
 )
 
-// Runner plans and runs rebalance and drain jobs, one at a time per
-// cluster.
+// Runner owns every way a job runs: rebalance and drain (planned, one at
+// a time per cluster), a one-shot move (Move), and resuming or cancelling
+// a recorded job (ResumeJob, CancelJob). All of them run their moves
+// through mover.RunJob within mover.Limits, and RunJob records the job's
+// state by mover.JobState. The CLI only parses flags, prints, and calls it.
 type Runner struct {
 	cat      *metadata.Catalog
 	moverCfg mover.Config

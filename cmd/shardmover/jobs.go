@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -12,6 +11,7 @@ import (
 	"github.com/shardmover/shardmover/internal/units"
 	"github.com/shardmover/shardmover/metadata"
 	"github.com/shardmover/shardmover/mover"
+	"github.com/shardmover/shardmover/scheduler"
 )
 
 func newJobsCmd(g *globals) *cobra.Command {
@@ -104,38 +104,33 @@ func newJobsCmd(g *globals) *cobra.Command {
 		Short: "Cancel a job's unfinished moves (moves past their cutover decision complete instead)",
 		Args:  exactArgs(1, "give the job id"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return jobAction(cmd, g, args[0], func(ctx context.Context, eng *mover.Engine, m metadata.Move) (string, error) {
-				if m.CutoverCommitted {
-					return "past its decision: resume the job to finish it", nil
-				}
-				after, err := eng.Cancel(ctx, m.ID)
-				return after.Phase, err
+			return jobAction(cmd, g, args[0], func(ctx context.Context, r *scheduler.Runner, id int64) (scheduler.JobRun, error) {
+				return r.CancelJob(ctx, id)
 			})
 		},
 	}
+	var lim mover.Limits
 	resume := &cobra.Command{
 		Use:   "resume JOB",
 		Short: "Resume a job's unfinished moves from their journal phase",
 		Args:  exactArgs(1, "give the job id"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return jobAction(cmd, g, args[0], func(ctx context.Context, eng *mover.Engine, m metadata.Move) (string, error) {
-				err := eng.Run(ctx, m.ID)
-				if errors.Is(err, mover.ErrLeased) {
-					return "", usagef("move %d is being run by another mover right now", m.ID)
-				}
-				after, merr := eng.Cat().Move(context.WithoutCancel(ctx), m.ID)
-				if merr != nil {
-					return "", merr
-				}
-				return after.Phase, err
+			if err := checkLimits(lim); err != nil {
+				return err
+			}
+			return jobAction(cmd, g, args[0], func(ctx context.Context, r *scheduler.Runner, id int64) (scheduler.JobRun, error) {
+				return r.ResumeJob(ctx, id, lim)
 			})
 		},
 	}
+	registerLimits(resume, &lim)
 	cmd.AddCommand(list, show, cancel, resume)
 	return cmd
 }
 
-func jobAction(cmd *cobra.Command, g *globals, arg string, fn func(context.Context, *mover.Engine, metadata.Move) (string, error)) error {
+// jobAction runs `jobs cancel` or `jobs resume` through the scheduler and
+// prints each move that was unfinished with its phase now.
+func jobAction(cmd *cobra.Command, g *globals, arg string, fn func(context.Context, *scheduler.Runner, int64) (scheduler.JobRun, error)) error {
 	id, err := parseID(arg)
 	if err != nil {
 		return err
@@ -146,60 +141,27 @@ func jobAction(cmd *cobra.Command, g *globals, arg string, fn func(context.Conte
 		return err
 	}
 	defer cat.Close()
-	if _, err := cat.Job(ctx, id); err != nil {
-		return err
+	out, err := fn(ctx, scheduler.NewRunner(cat, g.moverConfig(), nil), id)
+	if out.Job.ID == 0 {
+		return err // the job could not be read
 	}
-	eng := mover.New(g.moverConfig(), cat)
-	if err := eng.Recover(ctx); err != nil {
-		return err
-	}
-	moves, err := cat.Moves(ctx, metadata.MoveFilter{JobID: id, ActiveOnly: true})
-	if err != nil {
-		return err
-	}
-	var failed error
-	for _, m := range moves {
-		phase, err := fn(ctx, eng, m)
-		if err != nil && ctx.Err() != nil {
-			return fmt.Errorf("interrupted; move %d can be resumed: %w", m.ID, ctx.Err())
-		}
-		if err != nil {
-			var u *usageError
-			if errors.As(err, &u) {
-				return err
-			}
-			failed = errors.Join(failed, fmt.Errorf("move %d: %w", m.ID, err))
-		}
-		fmt.Fprintf(cmd.OutOrStdout(), "move %d: %s\n", m.ID, phase)
-	}
-	all, err := cat.Moves(ctx, metadata.MoveFilter{JobID: id})
-	if err != nil {
-		return err
-	}
-	_ = cat.FinishJob(ctx, id, jobStateOf(all), errText(failed))
-	if len(moves) == 0 {
-		fmt.Fprintf(cmd.OutOrStdout(), "job %d has no unfinished moves\n", id)
-	}
-	return failed
-}
-
-// jobStateOf derives a job's state from its moves.
-func jobStateOf(moves []metadata.Move) string {
-	state := "done"
-	for _, m := range moves {
-		switch m.Phase {
-		case "failed":
-			state = "failed"
-		case "cancelled":
-			if state == "done" {
-				state = "cancelled"
-			}
-		case "done":
+	w := cmd.OutOrStdout()
+	for _, m := range out.Moves {
+		switch {
+		case m.Held && cmd.Name() == "resume":
+			// The error names it.
+		case m.PastDecision && cmd.Name() == "cancel" && m.Phase == mover.Done.String():
+			fmt.Fprintf(w, "move %d: done (past its decision: it completed instead)\n", m.ID)
+		case m.PastDecision && cmd.Name() == "cancel" && !m.Terminal():
+			fmt.Fprintf(w, "move %d: past its decision: resume the job to finish it\n", m.ID)
 		default:
-			return "paused"
+			fmt.Fprintf(w, "move %d: %s\n", m.ID, m.Phase)
 		}
 	}
-	return state
+	if len(out.Moves) == 0 && err == nil {
+		fmt.Fprintf(w, "job %d has no unfinished moves\n", id)
+	}
+	return err
 }
 
 func movesSummary(moves []metadata.Move) string {

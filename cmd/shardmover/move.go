@@ -2,9 +2,9 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -20,27 +20,32 @@ import (
 
 func newMoveCmd(g *globals) *cobra.Command {
 	var (
-		shard    int64
+		shards   []int64
 		to       string
 		toNode   int32
 		dryRun   bool
 		throttle string
+		lim      = mover.DefaultLimits()
 	)
 	cmd := &cobra.Command{
 		Use:   "move --shard ID (--to HOST:PORT | --to-node ID)",
 		Short: "Move the shard group holding a shard to another node, online",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if shard <= 0 {
+			if len(shards) == 0 || slices.ContainsFunc(shards, func(id int64) bool { return id <= 0 }) {
 				return usagef("--shard is required: give the id of any shard of the group to move")
 			}
 			if (to == "") == (toNode == 0) {
 				return usagef("give exactly one of --to host:port and --to-node ID")
 			}
+			if err := checkLimits(lim); err != nil {
+				return err
+			}
 			rate, err := parseRate(throttle)
 			if err != nil {
 				return err
 			}
+			lim.BytesPerSecond = rate
 			ctx := cmd.Context()
 			cat, err := g.catalog(ctx)
 			if err != nil {
@@ -51,86 +56,46 @@ func newMoveCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			cfg := g.moverConfig()
-			cfg.BytesPerSecond = rate
-			eng := mover.New(cfg, cat)
-			specs, err := eng.Resolve(ctx, []mover.Request{{ShardID: shard, Target: target}})
+			req := scheduler.MoveRequest{ShardIDs: shards, Target: target, Limits: lim, DryRun: dryRun,
+				OnJob: func(job metadata.Job, moves []metadata.Move) {
+					for _, m := range moves {
+						fmt.Fprintf(cmd.ErrOrStderr(), "job %d: move %d: shard group %d:%d (shards %v) to %s\n",
+							job.ID, m.ID, m.ColocationID, m.ShardIndex, m.ShardIDs, target.Addr())
+					}
+				}}
+			out, err := scheduler.NewRunner(cat, g.moverConfig(), nil).Move(ctx, req)
 			if err != nil {
 				return err
 			}
-			if err := eng.Preflight(ctx, specs[0]); err != nil {
-				return err
-			}
+			w := cmd.OutOrStdout()
 			if dryRun {
-				fmt.Fprintf(cmd.OutOrStdout(), "preflight passed: shard group %s (shards %v, %s) can move to %s\n",
-					specs[0].Group.Key(), specs[0].Group.ShardIDs, units.Bytes(specs[0].Group.Bytes), target.Addr())
+				for _, s := range out.Specs {
+					fmt.Fprintf(w, "preflight passed: shard group %s (shards %v, %s) can move to %s\n",
+						s.Group.Key(), s.Group.ShardIDs, units.Bytes(s.Group.Bytes), target.Addr())
+				}
 				return nil
 			}
-			if err := eng.Recover(ctx); err != nil {
-				return err
-			}
-			job, moves, err := eng.Schedule(ctx, "move", specs)
-			if err != nil {
-				return err
-			}
-			m := moves[0]
-			fmt.Fprintf(cmd.ErrOrStderr(), "job %d: move %d: shard group %s (shards %v) to %s\n", job.ID, m.ID, specs[0].Group.Key(), m.ShardIDs, target.Addr())
-			err = eng.Run(ctx, m.ID)
-			state := "done"
-			if err != nil {
-				state = "failed"
-			}
-			if errors.Is(err, context.Canceled) {
-				state = "interrupted"
-			}
-			_ = cat.FinishJob(context.WithoutCancel(ctx), job.ID, finalJobState(state), errText(err))
-			if err != nil {
-				if errors.Is(err, context.Canceled) {
-					return fmt.Errorf("interrupted: move %d stopped in a resumable state; continue it with `shardmover jobs resume %d` or roll it back with `shardmover jobs cancel %d`", m.ID, job.ID, job.ID)
-				}
-				cur, rerr := cat.Move(context.WithoutCancel(ctx), m.ID)
-				if rerr == nil && (cur.Phase == "failed" || cur.Phase == "cancelled") && !cur.CutoverCommitted {
-					return fmt.Errorf("move %d failed: %w; the source still serves the group, and `shardmover jobs show %d` has the details", m.ID, err, job.ID)
-				}
-				phase := "an unknown phase (the journal could not be read)"
-				if rerr == nil {
-					phase = "phase " + cur.Phase
-				}
-				return fmt.Errorf("move %d stopped in %s: %w; it is not settled yet, so its source shards may still be fenced: finish it with `shardmover jobs resume %d`, or settle it with `shardmover cleanup`", m.ID, phase, err, job.ID)
-			}
-			final, err := cat.Move(context.WithoutCancel(ctx), m.ID)
-			if err != nil {
-				return err
-			}
 			if g.output == "json" {
-				return writeJSON(cmd.OutOrStdout(), final)
+				if len(out.Moves) == 1 {
+					return writeJSON(w, out.Moves[0])
+				}
+				return writeJSON(w, out.Moves)
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "moved shard group %s (shards %v, %s) to %s; old shards are dropped by `shardmover cleanup` after the grace period\n",
-				specs[0].Group.Key(), final.ShardIDs, units.Bytes(final.BytesTotal), target.Addr())
+			for i, m := range out.Moves {
+				fmt.Fprintf(w, "moved shard group %s (shards %v, %s) to %s; old shards are dropped by `shardmover cleanup` after the grace period\n",
+					out.Specs[i].Group.Key(), m.ShardIDs, units.Bytes(m.BytesTotal), target.Addr())
+			}
 			return nil
 		},
 	}
 	f := cmd.Flags()
-	f.Int64Var(&shard, "shard", 0, "any shard id of the group to move")
+	f.Int64SliceVar(&shards, "shard", nil, "any shard id of the group to move (repeatable: several groups move as one job, within --concurrency and --per-node)")
 	f.StringVar(&to, "to", "", "target node as host:port")
 	f.Int32Var(&toNode, "to-node", 0, "target node id")
 	f.BoolVar(&dryRun, "dry-run", false, "run the preflight checks only")
 	f.StringVar(&throttle, "throttle", "", "copy bandwidth limit, e.g. 50MB/s (default: none)")
+	registerLimits(cmd, &lim)
 	return cmd
-}
-
-func finalJobState(s string) string {
-	if s == "interrupted" {
-		return "paused"
-	}
-	return s
-}
-
-func errText(err error) string {
-	if err == nil {
-		return ""
-	}
-	return err.Error()
 }
 
 func findNode(ctx context.Context, cat *metadata.Catalog, addr string, id int32) (metadata.Node, error) {

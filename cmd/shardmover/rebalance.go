@@ -38,17 +38,13 @@ func (f *jobFlags) register(cmd *cobra.Command, withPlan bool) {
 		f.baseCost.register(cmd)
 		fl.IntVar(&f.plan.MaxMoves, "max-moves", f.plan.MaxMoves, "most balancing moves")
 	}
-	fl.IntVar(&f.limits.Concurrency, "concurrency", f.limits.Concurrency, "moves running at once in the cluster")
-	fl.IntVar(&f.limits.PerNode, "per-node", f.limits.PerNode, "running moves one node may take part in (sending or receiving)")
+	registerLimits(cmd, &f.limits)
 	fl.StringVar(&f.bandwidth, "max-bandwidth", "", "total copy bandwidth, e.g. 100MB/s (default: none)")
 }
 
 func (f *jobFlags) resolve(cmd *cobra.Command) error {
-	if f.limits.Concurrency < 1 {
-		return usagef("--concurrency must be at least 1, got %d", f.limits.Concurrency)
-	}
-	if f.limits.PerNode < 1 {
-		return usagef("--per-node must be at least 1, got %d", f.limits.PerNode)
+	if err := checkLimits(f.limits); err != nil {
+		return err
 	}
 	f.plan.MaxPerNode = f.limits.PerNode
 	if cmd.Flags().Changed("threshold") {
@@ -65,6 +61,27 @@ func (f *jobFlags) resolve(cmd *cobra.Command) error {
 		return usagef("--max-bandwidth %q is not a rate: write it like 100MB/s", f.bandwidth)
 	}
 	f.limits.BytesPerSecond = rate
+	return nil
+}
+
+// registerLimits adds --concurrency and --per-node, the limits of every
+// command that runs a job's moves (rebalance, drain, daemon, move, jobs
+// resume), with mover.DefaultLimits as defaults.
+func registerLimits(cmd *cobra.Command, lim *mover.Limits) {
+	def := mover.DefaultLimits()
+	lim.Concurrency, lim.PerNode = def.Concurrency, def.PerNode
+	fl := cmd.Flags()
+	fl.IntVar(&lim.Concurrency, "concurrency", def.Concurrency, "moves running at once in the cluster")
+	fl.IntVar(&lim.PerNode, "per-node", def.PerNode, "running moves one node may take part in (sending or receiving)")
+}
+
+func checkLimits(lim mover.Limits) error {
+	if lim.Concurrency < 1 {
+		return usagef("--concurrency must be at least 1, got %d", lim.Concurrency)
+	}
+	if lim.PerNode < 1 {
+		return usagef("--per-node must be at least 1, got %d", lim.PerNode)
+	}
 	return nil
 }
 
