@@ -361,31 +361,9 @@ func TestNodeFaultWorkers(t *testing.T) {
 	// its applier streaming, and starts again 2 s later: the move resumes
 	// from its origin and finishes.
 	t.Run("source stopped while catching up", func(t *testing.T) {
-		defer func() { require.NoError(t, startAll(c)) }()
-		bg := startPaced(c, 3, 300, 2)
 		shard, sourceGroup := groupShard(t, c, 1)
 		source := sbNode(t, c, sourceGroup)
-		cfg := testConfig(t)
-		var f catchingUpFault
-		var restarted <-chan error
-		f.install(t, c, &cfg, source, func(int64) {
-			if err := stopNode(c, source, "fast"); err != nil {
-				t.Errorf("stop the source: %v", err)
-			}
-			restarted = restartLater(c, 2*time.Second)
-		})
-		eng := mover.New(cfg, c.cat)
-		m := scheduleMove(t, eng, shard, target)
-		ctx, cancel := context.WithTimeout(context.Background(), nodeFaultTimeout)
-		defer cancel()
-		err := eng.Run(ctx, m.ID)
-		f.check(t)
-		require.NoError(t, <-restarted)
-		require.NoError(t, err, "the move must resume and finish once the source is back")
-		assertDone(t, c, m.ID)
-		assertNoLivelock(t, c, m.ID)
-		assert.Zero(t, slotsOn(t, source))
-		settleVerify(t, c, bg.stop(t), restartErrors...)
+		restartDuringCatchUp(t, c, target, shard, source, source, 2)
 	})
 
 	// 5. The walsender of the move's slot is terminated on the source while
@@ -585,32 +563,10 @@ func TestNodeFaultCoordinator(t *testing.T) {
 	// move catches up: the mover notices its lost lease, takes it again and
 	// finishes; no livelock, nothing prepared.
 	t.Run("coordinator restarted while catching up", func(t *testing.T) {
-		defer func() { require.NoError(t, startAll(c)) }()
-		bg := startPaced(c, 3, 300, 3)
 		shard, sourceGroup := groupShard(t, c, 0)
 		source := sbNode(t, c, sourceGroup)
-		cfg := testConfig(t)
-		var f catchingUpFault
-		var restarted <-chan error
-		f.install(t, c, &cfg, source, func(int64) {
-			if err := stopNode(c, coord, "fast"); err != nil {
-				t.Errorf("stop the coordinator: %v", err)
-			}
-			restarted = restartLater(c, 2*time.Second)
-		})
-		eng := mover.New(cfg, c.cat)
-		m := scheduleMove(t, eng, shard, target)
-		ctx, cancel := context.WithTimeout(context.Background(), nodeFaultTimeout)
-		defer cancel()
-		err := eng.Run(ctx, m.ID)
-		f.check(t)
-		require.NoError(t, <-restarted)
-		waitUp(t, c)
-		require.NoError(t, err, "the mover must take its lease again and finish")
-		assertDone(t, c, m.ID)
-		assertNoLivelock(t, c, m.ID)
+		restartDuringCatchUp(t, c, target, shard, source, coord, 3)
 		assert.Zero(t, queryInt(t, source, "SELECT count(*) FROM pg_prepared_xacts WHERE gid LIKE 'shardmover%'"))
-		settleVerify(t, c, bg.stop(t), restartErrors...)
 	})
 
 	// 4. The coordinator crashes right after the fence is prepared and comes
@@ -747,4 +703,37 @@ func pgCodeOf(err error) string {
 		return pgErr.SQLState()
 	}
 	return ""
+}
+
+// restartDuringCatchUp moves the group of shard to target under a paced
+// workload, stops node down (fast shutdown) while the move catches up, and
+// starts it again 2 s later: the move must resume (the mover takes its lease
+// again after a coordinator restart) and finish, with no livelock, no slot
+// left on the source, and the ledger intact.
+func restartDuringCatchUp(t *testing.T, c *cluster, target metadata.Node, shard int64, source, down sandbox.Node, run uint8) {
+	t.Helper()
+	defer func() { require.NoError(t, startAll(c)) }()
+	bg := startPaced(c, 3, 300, run)
+	cfg := testConfig(t)
+	var f catchingUpFault
+	var restarted <-chan error
+	f.install(t, c, &cfg, source, func(int64) {
+		if err := stopNode(c, down, "fast"); err != nil {
+			t.Errorf("stop %s: %v", down.Addr(), err)
+		}
+		restarted = restartLater(c, 2*time.Second)
+	})
+	eng := mover.New(cfg, c.cat)
+	m := scheduleMove(t, eng, shard, target)
+	ctx, cancel := context.WithTimeout(context.Background(), nodeFaultTimeout)
+	defer cancel()
+	err := eng.Run(ctx, m.ID)
+	f.check(t)
+	require.NoError(t, <-restarted)
+	waitUp(t, c)
+	require.NoError(t, err, "the move must resume and finish once the node is back")
+	assertDone(t, c, m.ID)
+	assertNoLivelock(t, c, m.ID)
+	assert.Zero(t, slotsOn(t, source), "no shardmover slot may be left on the source")
+	settleVerify(t, c, bg.stop(t), restartErrors...)
 }
