@@ -1,0 +1,84 @@
+package mover_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/shardmover/shardmover/metadata"
+	"github.com/shardmover/shardmover/mover"
+)
+
+// TestFenceGoneAfterTheDecisionIsReestablished: the mover dies between the
+// committed decision and COMMIT PREPARED, and someone rolls the prepared
+// fence back by hand, so the source's shards are back under their own names
+// while the placements already point at the target. A stale client then
+// writes to the source. The next run must not take the fence as done: it
+// renames the source's shards again, carries the write the source took to
+// the target before dropping the slot, and finishes the move.
+func TestFenceGoneAfterTheDecisionIsReestablished(t *testing.T) {
+	c := newCluster(t, 4, 100, 1000)
+	target := c.newNode(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	shard, sourceGroup := groupShard(t, c, 0)
+	src := nodeOfGroup(t, c, sourceGroup)
+
+	cfg := testConfig(t)
+	cfg.CutoverStep = func(_ int64, step string) error {
+		if step == "decided" {
+			return errors.New("die after the decision, before COMMIT PREPARED")
+		}
+		return nil
+	}
+	m := scheduleMove(t, mover.New(cfg, c.cat), shard, target)
+	require.ErrorIs(t, mover.New(cfg, c.cat).Run(ctx, m.ID), mover.ErrKilled)
+	got, err := c.cat.Move(ctx, m.ID)
+	require.NoError(t, err)
+	require.True(t, got.CutoverCommitted, "the decision committed before the kill")
+
+	conn, err := c.cat.ConnectNode(ctx, src.Host, src.Port)
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	var gids []string
+	rows, err := conn.Query(ctx, "SELECT gid FROM pg_prepared_xacts WHERE gid LIKE 'shardmover%'")
+	require.NoError(t, err)
+	gids, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	require.Len(t, gids, 1, "the fence is prepared")
+	_, err = conn.Exec(ctx, "ROLLBACK PREPARED '"+gids[0]+"'")
+	require.NoError(t, err)
+
+	// A stale client writes to the source's shard, back under its name.
+	var users pgx.Identifier
+	for _, name := range m.ShardTables {
+		id, err := metadata.ParseQualifiedName(name)
+		require.NoError(t, err)
+		if strings.HasPrefix(id[1], "github_users_") {
+			users = id
+		}
+	}
+	require.NotNil(t, users)
+	_, err = conn.Exec(ctx, "INSERT INTO "+users.Sanitize()+" (user_id, login, created_at) VALUES (987654321, 'stale', now())")
+	require.NoError(t, err)
+
+	require.NoError(t, mover.New(testConfig(t), c.cat).Run(ctx, m.ID))
+	done, err := c.cat.Move(ctx, m.ID)
+	require.NoError(t, err)
+	assert.Equal(t, "done", done.Phase)
+	assertFlipped(t, c, done, target)
+
+	tconn, err := c.cat.ConnectNode(ctx, target.Host, target.Port)
+	require.NoError(t, err)
+	defer tconn.Close(ctx)
+	var login string
+	require.NoError(t, tconn.QueryRow(ctx, "SELECT login FROM "+users.Sanitize()+" WHERE user_id = 987654321").Scan(&login),
+		"the write the source took after the decision must reach the target")
+	assert.Equal(t, "stale", login)
+}
