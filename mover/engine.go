@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"go.uber.org/zap"
 
+	"github.com/shardmover/shardmover/internal/ratelimit"
 	"github.com/shardmover/shardmover/metadata"
 )
 
@@ -96,6 +97,9 @@ type Engine struct {
 	cfg Config
 	cat *metadata.Catalog
 	log *zap.Logger
+	// copyLimiter, set by RunJob, paces the copies of every running move of
+	// a job together (cfg.BytesPerSecond is then unused).
+	copyLimiter *ratelimit.Limiter
 }
 
 // New returns an engine on the coordinator's catalog.

@@ -8,6 +8,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/shardmover/shardmover/internal/ratelimit"
 	"github.com/shardmover/shardmover/metadata"
 )
 
@@ -18,8 +19,9 @@ type Limits struct {
 	// PerNode is how many running moves one node may take part in, as
 	// source or target.
 	PerNode int
-	// BytesPerSecond is the total copy bandwidth, shared by running moves
-	// (0: no limit).
+	// BytesPerSecond is the total copy bandwidth of the job: one limiter
+	// shared by the copies of every running move, so a lone move gets all
+	// of it and two running moves share it (0: no limit).
 	BytesPerSecond int64
 }
 
@@ -60,12 +62,11 @@ func (e *Engine) RunJobAs(ctx context.Context, jobID int64, lim Limits, term *me
 	if err != nil {
 		return JobResult{}, err
 	}
-	perMove := lim.BytesPerSecond
-	if perMove > 0 {
-		perMove = max(perMove/int64(lim.Concurrency), 1)
-	}
+	// One limiter for the whole job: a lone running move copies at the full
+	// rate, running moves share it.
 	runner := *e
-	runner.cfg.BytesPerSecond = perMove
+	runner.cfg.BytesPerSecond = 0
+	runner.copyLimiter = ratelimit.New(lim.BytesPerSecond) // nil: no limit
 
 	var (
 		mu      sync.Mutex

@@ -436,6 +436,7 @@ func (r *run) copy(ctx context.Context, m metadata.Move) error {
 		Workers:        r.e.cfg.CopyWorkers,
 		RangesPerTable: r.e.cfg.RangesPerTable,
 		BytesPerSecond: r.e.cfg.BytesPerSecond,
+		Limiter:        r.e.copyLimiter,
 		Progress: func(done, total int64) {
 			r.progress(Progress{MoveID: m.ID, Phase: Copying, BytesDone: done, BytesTotal: total})
 			if time.Since(last) > time.Second {

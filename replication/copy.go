@@ -16,7 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"go.uber.org/zap"
 
-	"github.com/shardmover/shardmover/internal/ctxtime"
+	"github.com/shardmover/shardmover/internal/ratelimit"
 )
 
 // CopyOptions configures Copy.
@@ -36,8 +36,13 @@ type CopyOptions struct {
 	// least MinRangeBytes. 1 disables splitting.
 	RangesPerTable int
 	MinRangeBytes  int64
-	// BytesPerSecond caps the total copy rate; 0 means unlimited.
+	// BytesPerSecond caps this copy's total rate (all workers together); 0
+	// means unlimited. Ignored when Limiter is set.
 	BytesPerSecond int64
+	// Limiter, when set, paces this copy's workers instead of
+	// BytesPerSecond. Share one limiter between copies running at the same
+	// time to cap their total rate: a lone copy then gets all of it.
+	Limiter *ratelimit.Limiter
 	// TruncateTarget empties each target table before copying into it, so
 	// a failed copy can simply be run again (with a new snapshot).
 	TruncateTarget bool
@@ -213,9 +218,9 @@ func Copy(ctx context.Context, opts CopyOptions) (CopyResult, error) {
 
 	// Every worker holds the snapshot now; the exporter may be released.
 	var done atomic.Int64
-	var lim *limiter
-	if opts.BytesPerSecond > 0 {
-		lim = &limiter{rate: float64(opts.BytesPerSecond)}
+	lim := opts.Limiter
+	if lim == nil {
+		lim = ratelimit.New(opts.BytesPerSecond) // nil: no limit
 	}
 	progressDone := make(chan struct{})
 	progressStopped := make(chan struct{})
@@ -393,7 +398,7 @@ const pipeDepth = 8
 // copyOne streams one task: CopyTo on the source writes through a buffer
 // into a pipe that CopyFrom on the target reads. The pipe holds up to
 // pipeDepth buffers, so both servers stay busy.
-func copyOne(ctx context.Context, src, tgt *pgconn.PgConn, t copyTask, lim *limiter, done *atomic.Int64) (rows, n int64, err error) {
+func copyOne(ctx context.Context, src, tgt *pgconn.PgConn, t copyTask, lim *ratelimit.Limiter, done *atomic.Int64) (rows, n int64, err error) {
 	pipe := newChunkPipe(pipeDepth)
 	mw := &meteredWriter{ctx: ctx, w: pipe, lim: lim, done: done}
 	bw := bufio.NewWriterSize(mw, 256<<10)
@@ -428,42 +433,17 @@ func copyOne(ctx context.Context, src, tgt *pgconn.PgConn, t copyTask, lim *limi
 type meteredWriter struct {
 	ctx  context.Context
 	w    io.Writer
-	lim  *limiter
+	lim  *ratelimit.Limiter
 	done *atomic.Int64
 	n    int64
 }
 
 func (m *meteredWriter) Write(p []byte) (int, error) {
-	if m.lim != nil {
-		if err := m.lim.wait(m.ctx, len(p)); err != nil {
-			return 0, err
-		}
+	if err := m.lim.Wait(m.ctx, len(p)); err != nil { // nil lim: no limit
+		return 0, err
 	}
 	n, err := m.w.Write(p)
 	m.n += int64(n)
 	m.done.Add(int64(n))
 	return n, err
-}
-
-// limiter spaces writes so that the total rate stays at rate bytes/s, with
-// at most 100ms of burst.
-type limiter struct {
-	mu   sync.Mutex
-	rate float64
-	next time.Time
-}
-
-func (l *limiter) wait(ctx context.Context, n int) error {
-	l.mu.Lock()
-	now := time.Now()
-	if floor := now.Add(-100 * time.Millisecond); l.next.Before(floor) {
-		l.next = floor
-	}
-	at := l.next
-	l.next = l.next.Add(time.Duration(float64(n) / l.rate * float64(time.Second)))
-	l.mu.Unlock()
-	if d := time.Until(at); d > 0 {
-		return ctxtime.Sleep(ctx, d)
-	}
-	return nil
 }
