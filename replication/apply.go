@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 // Apply is full duplex: the session's receive loop decodes changes and
@@ -31,6 +32,10 @@ const (
 // unitQueue is how many built units may wait for the executor: the receive
 // loop blocks (backpressure) beyond it, so memory stays bounded.
 const unitQueue = 2
+
+// pgLSNOID is the type OID of pg_lsn (built in, the same on every server;
+// pgtype has no constant for it).
+const pgLSNOID = 3220
 
 // unit is one round trip to the target.
 type unit struct {
@@ -410,7 +415,7 @@ func (a *applier) commit(ctx context.Context, end pglogrepl.LSN, commitTime time
 		a.emitRuns()
 		a.queueSQL("SELECT pg_replication_origin_xact_setup($1, $2)",
 			[][]byte{[]byte(end.String()), []byte(commitTime.UTC().Format(time.RFC3339Nano))},
-			[]uint32{3220, 1184}, // pg_lsn, timestamptz
+			[]uint32{pgLSNOID, pgtype.TimestamptzOID},
 			check{label: "origin progress"})
 		a.cur.commitTx = true
 		a.inTx = false

@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 // firstNonBuiltinOID is PostgreSQL's FirstGenbkiObjectId: types below it are
@@ -15,21 +16,21 @@ import (
 // their arrays) travel with an explicit cast to the type's name instead.
 const firstNonBuiltinOID = 10000
 
-const textOID = 25
+const textOID = pgtype.TextOID
 
 // noEqualityTypes are built-in types without a default equality operator
 // (or, for box, one that compares areas): a REPLICA IDENTITY FULL lookup
 // compares them as text.
 var noEqualityTypes = map[uint32]bool{
-	114: true, 199: true, // json, json[]
-	142: true, 143: true, // xml, xml[]
-	600: true, 1017: true, // point, point[]
-	601: true, 1018: true, // lseg
-	602: true, 1019: true, // path
-	603: true, 1020: true, // box
-	604: true, 1027: true, // polygon
-	628: true, 629: true, // line
-	718: true, 719: true, // circle
+	pgtype.JSONOID: true, pgtype.JSONArrayOID: true,
+	pgtype.XMLOID: true, pgtype.XMLArrayOID: true,
+	pgtype.PointOID: true, pgtype.PointArrayOID: true,
+	pgtype.LsegOID: true, pgtype.LsegArrayOID: true,
+	pgtype.PathOID: true, pgtype.PathArrayOID: true,
+	pgtype.BoxOID: true, pgtype.BoxArrayOID: true,
+	pgtype.PolygonOID: true, pgtype.PolygonArrayOID: true,
+	pgtype.LineOID: true, pgtype.LineArrayOID: true,
+	pgtype.CircleOID: true, pgtype.CircleArrayOID: true,
 }
 
 // relation is a source table as the last Relation message described it.
