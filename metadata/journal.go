@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -614,6 +615,14 @@ func IsUnknownOutcome(err error) bool {
 // Lease is the right to run one move: a session advisory lock held on a
 // dedicated coordinator connection. When the holder dies, its connection
 // drops, the lock is released, and another mover may claim the move.
+//
+// A move's lock is the two-int4 advisory lock (moveLockClass, move id):
+// in pg_locks, classid = moveLockClass, objid = the id, objsubid = 2. The
+// class keeps move locks apart from the other classes (LockRebalance,
+// LockLeader), and the form is the one every mover version takes, so an
+// older and a newer mover never run the same move. The second key is an
+// int4, so TryLease refuses (ErrInvalid) a move id outside int32 rather
+// than narrowing it: two ids 2^32 apart would share one lock.
 type Lease struct {
 	conn   *pgx.Conn
 	pid    uint32
@@ -625,9 +634,27 @@ type Lease struct {
 // moveLockClass is the first key of move advisory locks.
 const moveLockClass int32 = 0x534d
 
-// TryLease claims move id; ok is false when another mover holds it.
+// TryLease claims move id; ok is false when another mover holds it. An id
+// that does not fit the lock's int4 key is refused (ErrInvalid).
 func (c *Catalog) TryLease(ctx context.Context, id int64) (*Lease, bool, error) {
-	return c.TryLock(ctx, moveLockClass, int32(id))
+	key, err := moveLockKey(id)
+	if err != nil {
+		return nil, false, err
+	}
+	l, ok, err := c.TryLock(ctx, moveLockClass, key)
+	if l != nil {
+		l.MoveID = id
+	}
+	return l, ok, err
+}
+
+// moveLockKey is move id's advisory lock key: the id itself, refused when
+// it does not fit in int32 (narrowing would give ids 2^32 apart one lock).
+func moveLockKey(id int64) (int32, error) {
+	if id < math.MinInt32 || id > math.MaxInt32 {
+		return 0, invalidf("move %d cannot be leased: move lock keys are 32-bit (ids up to %d)", id, int64(math.MaxInt32))
+	}
+	return int32(id), nil
 }
 
 // Advisory lock classes besides moves.
@@ -740,5 +767,6 @@ func (c *Catalog) SetJobState(ctx context.Context, id int64, state string) error
 // its lease while the coordinator cannot be reached. Held reports it lost;
 // Release does nothing.
 func DeadLease(moveID int64) *Lease {
-	return &Lease{MoveID: moveID, class: moveLockClass, key: int32(moveID)}
+	key, _ := moveLockKey(moveID) // 0 when out of range: it is never held anyway
+	return &Lease{MoveID: moveID, class: moveLockClass, key: key}
 }
