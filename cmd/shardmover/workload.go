@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/shardmover/shardmover/internal/workload"
+	"github.com/shardmover/shardmover/metadata"
 )
 
 func newWorkloadCmd(g *globals) *cobra.Command {
@@ -17,7 +19,14 @@ func newWorkloadCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "workload",
 		Short: "Run routed inserts, updates and deletes with a ledger, then check every acknowledged write",
-		Args:  cobra.NoArgs,
+		Long: "Run inserts, updates and deletes on github_events from --clients clients for --duration, keeping a\n" +
+			"ledger of every acknowledged write, then check that the cluster holds exactly what was acknowledged.\n\n" +
+			"On a compat cluster each statement is routed by the client: it goes to the shard table on the node the\n" +
+			"metadata places the row on, and is retried after a metadata refresh when that shard is gone (42P01).\n" +
+			"On a Citus cluster the statements are plain SQL on github_events and Citus routes them: even clients\n" +
+			"connect to the coordinator, odd clients to the metadata-synced workers in turn. The check then reads\n" +
+			"through the Citus coordinator, and also every shard on the node Citus's metadata places it on.",
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if opts.Clients < 1 {
 				return usagef("--clients must be at least 1, got %d", opts.Clients)
@@ -39,6 +48,11 @@ func newWorkloadCmd(g *globals) *cobra.Command {
 			if _, err := r.Cluster().Table(workload.EventsTable); err != nil {
 				return usagef("github_events is not distributed here; run `shardmover sandbox load` first")
 			}
+			// Each invocation is a new run: its rows and its check are
+			// apart from earlier runs' on the same cluster.
+			if opts.RunID, err = workload.NextRunID(ctx, r); err != nil {
+				return err
+			}
 			res, err := workload.Run(ctx, r, opts)
 			if err != nil {
 				return err
@@ -50,13 +64,14 @@ func newWorkloadCmd(g *globals) *cobra.Command {
 			}
 			if g.output == "json" {
 				if err := writeJSON(cmd.OutOrStdout(), map[string]any{"verdict": v, "errors": res.Errors,
+					"flavor": r.Flavor().String(), "writes_by_node": res.Via,
 					"ops_per_second": float64(res.Ops()) / res.Elapsed.Seconds(), "retries": res.Retries,
 					"p50_ms": ms(workload.Percentile(res.Latencies, 50, time.Time{}, time.Time{})),
 					"p99_ms": ms(workload.Percentile(res.Latencies, 99, time.Time{}, time.Time{}))}); err != nil {
 					return err
 				}
 			} else {
-				printVerdict(cmd, res, v)
+				printVerdict(cmd, r, res, v)
 			}
 			if !v.OK() {
 				return errors.New("the ledger check failed: acknowledged writes are missing or wrong (listed above)")
@@ -74,7 +89,7 @@ func newWorkloadCmd(g *globals) *cobra.Command {
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
-func printVerdict(cmd *cobra.Command, res workload.RunResult, v workload.Verdict) {
+func printVerdict(cmd *cobra.Command, r *workload.Router, res workload.RunResult, v workload.Verdict) {
 	w := cmd.OutOrStdout()
 	l := res.Ledger
 	fmt.Fprintf(w, "workload: %d acknowledged writes in %s (%.0f/s): %d inserts, %d updates, %d deletes\n",
@@ -82,6 +97,23 @@ func printVerdict(cmd *cobra.Command, res workload.RunResult, v workload.Verdict
 	fmt.Fprintf(w, "latency: p50 %.2f ms, p99 %.2f ms; routing retries %d, metadata refreshes %d\n",
 		ms(workload.Percentile(res.Latencies, 50, time.Time{}, time.Time{})), ms(workload.Percentile(res.Latencies, 99, time.Time{}, time.Time{})),
 		res.Retries, res.Refreshes)
+	if r.Flavor() == metadata.Citus {
+		coord, _ := r.Entry(workload.Coordinator)
+		addrs := make([]string, 0, len(res.Via))
+		for a := range res.Via {
+			addrs = append(addrs, a)
+		}
+		sort.Strings(addrs)
+		parts := make([]string, 0, len(addrs))
+		for _, a := range addrs {
+			role := "worker"
+			if a == coord.Addr() {
+				role = "coordinator"
+			}
+			parts = append(parts, fmt.Sprintf("%s (%s) %d", a, role, res.Via[a]))
+		}
+		fmt.Fprintf(w, "routed by Citus; writes sent through %s\n", strings.Join(parts, ", "))
+	}
 	if len(res.Errors) > 0 {
 		keys := make([]string, 0, len(res.Errors))
 		for k := range res.Errors {

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/shardmover/shardmover/metadata"
 )
 
@@ -121,9 +123,25 @@ func (v *Verdict) violate(format string, args ...any) {
 	}
 }
 
-// Check reads the rows of the ledger's run (event ids from RunBase(RunID)) from
-// every shard's placement, as fresh metadata names it, and compares them
-// with the ledger.
+// seen is one row as a read found it.
+type seen struct {
+	rev   int64
+	shard int64
+	node  string
+	count int
+}
+
+// Check compares the cluster's rows of the ledger's run (event ids from
+// RunBase(RunID)) with the ledger.
+//
+// On compat it reads every shard from its placement, as fresh metadata
+// names it. On Citus it reads through Citus (one query on github_events
+// through the coordinator, which routes to the current placements), and
+// compares that with the ledger; it then also reads every shard on the node
+// Citus's metadata (pg_dist_placement) names and reports, as misplaced, a
+// row Citus returns that is not there or differs there, or one that is
+// there and Citus does not return. On both flavors a row in a shard whose
+// hash range does not hold it is misplaced.
 func Check(ctx context.Context, r *Router, l *Ledger) (Verdict, error) {
 	if err := r.Refresh(ctx); err != nil {
 		return Verdict{}, err
@@ -133,55 +151,17 @@ func Check(ctx context.Context, r *Router, l *Ledger) (Verdict, error) {
 	if err != nil {
 		return Verdict{}, err
 	}
-	type seen struct {
-		rev   int64
-		shard int64
-		count int
-	}
-	found := map[Key]*seen{}
 	var v Verdict
-	for _, sh := range cl.TableShards(t) {
-		p, ok := cl.PlacementOf(sh.ID)
-		if !ok {
-			v.violate("shard %d has no placement", sh.ID)
-			continue
-		}
-		n, ok := cl.NodeByGroup(p.GroupID)
-		if !ok {
-			v.violate("shard %d is placed on group %d with no node", sh.ID, p.GroupID)
-			continue
-		}
-		pool, err := r.pool(ctx, n)
-		if err != nil {
+	placed, err := readPlacements(ctx, r, cl, t, l.RunID, &v)
+	if err != nil {
+		return v, err
+	}
+	found := placed
+	if r.citus() {
+		if found, err = readThroughCitus(ctx, r, cl, t, l.RunID, &v); err != nil {
 			return v, err
 		}
-		rows, err := pool.Query(ctx, "SELECT user_id, event_id, coalesce((payload->>'rev')::bigint, -1) FROM "+
-			sh.Ident().Sanitize()+" WHERE event_id >= $1 AND event_id < $2", RunBase(l.RunID), RunBase(l.RunID)+1<<40)
-		if err != nil {
-			return v, fmt.Errorf("read %s on %s: %w", sh.Name(), n.Addr(), err)
-		}
-		for rows.Next() {
-			var k Key
-			var rev int64
-			if err := rows.Scan(&k.UserID, &k.EventID, &rev); err != nil {
-				rows.Close()
-				return v, err
-			}
-			s, ok := found[k]
-			if !ok {
-				s = &seen{}
-				found[k] = s
-			}
-			s.count++
-			s.rev, s.shard = rev, sh.ID
-			if h := metadata.HashInt8(k.UserID); h < sh.Min || h > sh.Max {
-				v.Misplaced++
-				v.violate("row %v is in shard %d whose range does not hold hash %d", k, sh.ID, h)
-			}
-		}
-		if err := rows.Err(); err != nil {
-			return v, err
-		}
+		comparePlacements(cl, found, placed, &v)
 	}
 	ledger := l.Rows()
 	v.Acknowledged = l.Acknowledged()
@@ -190,12 +170,7 @@ func Check(ctx context.Context, r *Router, l *Ledger) (Verdict, error) {
 	for k := range ledger {
 		keys = append(keys, k)
 	}
-	sort.Slice(keys, func(i, j int) bool {
-		if keys[i].UserID != keys[j].UserID {
-			return keys[i].UserID < keys[j].UserID
-		}
-		return keys[i].EventID < keys[j].EventID
-	})
+	sortKeys(keys)
 	for _, k := range keys {
 		want := ledger[k]
 		got, present := found[k]
@@ -235,6 +210,157 @@ func Check(ctx context.Context, r *Router, l *Ledger) (Verdict, error) {
 	return v, nil
 }
 
+// readPlacements reads the run's rows from every shard of t on the node the
+// metadata places it on.
+func readPlacements(ctx context.Context, r *Router, cl *metadata.Cluster, t metadata.Table, run uint8, v *Verdict) (map[Key]*seen, error) {
+	found := map[Key]*seen{}
+	for _, sh := range cl.TableShards(t) {
+		p, ok := cl.PlacementOf(sh.ID)
+		if !ok {
+			v.violate("shard %d has no placement", sh.ID)
+			continue
+		}
+		n, ok := cl.NodeByGroup(p.GroupID)
+		if !ok {
+			v.violate("shard %d is placed on group %d with no node", sh.ID, p.GroupID)
+			continue
+		}
+		pool, err := r.pool(ctx, n)
+		if err != nil {
+			return nil, err
+		}
+		rows, err := pool.Query(ctx, "SELECT user_id, event_id, coalesce((payload->>'rev')::bigint, -1) FROM "+
+			sh.Ident().Sanitize()+" WHERE event_id >= $1 AND event_id < $2", RunBase(run), RunBase(run)+1<<40)
+		if err != nil {
+			return nil, fmt.Errorf("read %s on %s: %w", sh.Name(), n.Addr(), err)
+		}
+		for rows.Next() {
+			var k Key
+			var rev int64
+			if err := rows.Scan(&k.UserID, &k.EventID, &rev); err != nil {
+				rows.Close()
+				return nil, err
+			}
+			s, ok := found[k]
+			if !ok {
+				s = &seen{}
+				found[k] = s
+			}
+			s.count++
+			s.rev, s.shard, s.node = rev, sh.ID, n.Addr()
+			if h := metadata.HashInt8(k.UserID); h < sh.Min || h > sh.Max {
+				v.Misplaced++
+				v.violate("row %v is in shard %d whose range does not hold hash %d", k, sh.ID, h)
+			}
+		}
+		if err := rows.Err(); err != nil {
+			return nil, err
+		}
+	}
+	return found, nil
+}
+
+// readThroughCitus reads the run's rows with one query on the distributed
+// table through the coordinator; Citus routes it to the current placements.
+// Each row also carries the shard Citus's metadata names for its user_id
+// (get_shard_id_for_distribution_column), which must be the shard whose
+// hash range holds it in shardmover's reading of the same metadata.
+func readThroughCitus(ctx context.Context, r *Router, cl *metadata.Cluster, t metadata.Table, run uint8, v *Verdict) (map[Key]*seen, error) {
+	coord, err := r.Entry(Coordinator)
+	if err != nil {
+		return nil, err
+	}
+	pool, err := r.pool(ctx, coord)
+	if err != nil {
+		return nil, err
+	}
+	rel := pgx.Identifier{t.Schema, t.Name}.Sanitize()
+	rows, err := pool.Query(ctx, "SELECT user_id, event_id, coalesce((payload->>'rev')::bigint, -1), "+
+		"get_shard_id_for_distribution_column($3::text::regclass, user_id) FROM "+rel+
+		" WHERE event_id >= $1 AND event_id < $2", RunBase(run), RunBase(run)+1<<40, rel)
+	if err != nil {
+		return nil, fmt.Errorf("read %s through the Citus coordinator %s: %w", t.DisplayName(), coord.Addr(), err)
+	}
+	defer rows.Close()
+	found := map[Key]*seen{}
+	for rows.Next() {
+		var k Key
+		var rev, shard int64
+		if err := rows.Scan(&k.UserID, &k.EventID, &rev, &shard); err != nil {
+			return nil, err
+		}
+		s, ok := found[k]
+		if !ok {
+			s = &seen{}
+			found[k] = s
+		}
+		s.count++
+		s.rev, s.shard = rev, shard
+		if ours := shardOf(cl, t, k.UserID); ours != shard {
+			v.Misplaced++
+			v.violate("row %v: Citus places user_id %d in shard %d, the metadata's hash ranges in shard %d", k, k.UserID, shard, ours)
+		}
+	}
+	return found, rows.Err()
+}
+
+// comparePlacements reports rows that Citus returns and the placements the
+// metadata names do not hold as Citus returned them, and rows the
+// placements hold that Citus does not return.
+func comparePlacements(cl *metadata.Cluster, routed, placed map[Key]*seen, v *Verdict) {
+	keys := func(m map[Key]*seen) []Key {
+		out := make([]Key, 0, len(m))
+		for k := range m {
+			out = append(out, k)
+		}
+		sortKeys(out)
+		return out
+	}
+	for _, k := range keys(routed) {
+		got := routed[k]
+		p, ok := placed[k]
+		switch {
+		case !ok:
+			v.Misplaced++
+			v.violate("row %v (rev %d) is returned through Citus but is not in shard %d on %s, where the metadata places it",
+				k, got.rev, got.shard, placementNode(cl, got.shard))
+		case p.rev != got.rev:
+			v.Misplaced++
+			v.violate("row %v has rev %d through Citus but rev %d in shard %d on %s, where the metadata places it",
+				k, got.rev, p.rev, p.shard, p.node)
+		}
+	}
+	for _, k := range keys(placed) {
+		if _, ok := routed[k]; !ok {
+			p := placed[k]
+			v.Misplaced++
+			v.violate("row %v (rev %d) is in shard %d on %s, where the metadata places it, but Citus does not return it",
+				k, p.rev, p.shard, p.node)
+		}
+	}
+}
+
+func placementNode(cl *metadata.Cluster, shard int64) string {
+	p, ok := cl.PlacementOf(shard)
+	if !ok {
+		return "no node (the shard has no placement)"
+	}
+	n, ok := cl.NodeByGroup(p.GroupID)
+	if !ok {
+		return fmt.Sprintf("group %d (no node)", p.GroupID)
+	}
+	return n.Addr()
+}
+
+func sortKeys(keys []Key) {
+	sort.Slice(keys, func(i, j int) bool {
+		if keys[i].UserID != keys[j].UserID {
+			return keys[i].UserID < keys[j].UserID
+		}
+		return keys[i].EventID < keys[j].EventID
+	})
+}
+
 // WorkloadEventBase is the first event id the workload uses; loaded data
 // stays below it.
 const WorkloadEventBase int64 = 1 << 50
@@ -256,4 +382,57 @@ func shardOf(cl *metadata.Cluster, t metadata.Table, userID int64) int64 {
 		return 0
 	}
 	return sh.ID
+}
+
+// NextRunID returns the run id after the highest one whose rows are in
+// github_events (0 on a cluster no run has written to), so that a new run
+// neither collides with nor is checked against an earlier run's rows. It
+// reads every shard at its placement on compat, and through the
+// coordinator on Citus.
+func NextRunID(ctx context.Context, r *Router) (uint8, error) {
+	cl := r.Cluster()
+	t, err := cl.Table(EventsTable)
+	if err != nil {
+		return 0, err
+	}
+	const q = " WHERE event_id >= $1"
+	var rels []pgx.Identifier
+	var nodes []metadata.Node
+	if r.citus() {
+		coord, err := r.Entry(Coordinator)
+		if err != nil {
+			return 0, err
+		}
+		rels, nodes = []pgx.Identifier{{t.Schema, t.Name}}, []metadata.Node{coord}
+	} else {
+		for _, sh := range cl.TableShards(t) {
+			p, ok := cl.PlacementOf(sh.ID)
+			if !ok {
+				return 0, fmt.Errorf("shard %d has no placement", sh.ID)
+			}
+			n, ok := cl.NodeByGroup(p.GroupID)
+			if !ok {
+				return 0, fmt.Errorf("shard %d is placed on group %d, which has no node", sh.ID, p.GroupID)
+			}
+			rels, nodes = append(rels, sh.Ident()), append(nodes, n)
+		}
+	}
+	highest := int64(-1)
+	for i, rel := range rels {
+		pool, err := r.pool(ctx, nodes[i])
+		if err != nil {
+			return 0, err
+		}
+		var m *int64
+		if err := pool.QueryRow(ctx, "SELECT max(event_id) FROM "+rel.Sanitize()+q, WorkloadEventBase).Scan(&m); err != nil {
+			return 0, fmt.Errorf("read the last workload run from %s on %s: %w", rel.Sanitize(), nodes[i].Addr(), err)
+		}
+		if m != nil {
+			highest = max(highest, (*m-WorkloadEventBase)>>40)
+		}
+	}
+	if highest >= 255 {
+		return 0, fmt.Errorf("%w: github_events already holds the rows of 256 workload runs; delete rows with event_id >= %d to start again", metadata.ErrInvalid, WorkloadEventBase)
+	}
+	return uint8(highest + 1), nil
 }

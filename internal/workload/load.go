@@ -41,9 +41,12 @@ type routedRow struct {
 	values []any
 }
 
-// Load generates users and events and copies them straight into the shard
-// tables where the metadata places them (binary COPY, one stream per shard
-// and chunk). Generation runs ahead of copying by one chunk.
+// Load generates users and events and copies them in with binary COPY.
+// On compat it copies straight into the shard tables where the metadata
+// places them (one stream per shard and chunk); on Citus it copies each
+// chunk into the distributed table through the coordinator, which routes
+// the rows. The same seed gives the same rows on both flavors. Generation
+// runs ahead of copying by one chunk.
 func Load(ctx context.Context, r *Router, opts LoadOptions) (LoadResult, error) {
 	if opts.ChunkRows <= 0 {
 		opts.ChunkRows = DefaultLoadOptions().ChunkRows
@@ -110,6 +113,9 @@ func Load(ctx context.Context, r *Router, opts LoadOptions) (LoadResult, error) 
 }
 
 func copyChunk(ctx context.Context, r *Router, c chunk) error {
+	if r.citus() {
+		return copyThroughCitus(ctx, r, c)
+	}
 	type bucket struct {
 		t    Target
 		rows [][]any
@@ -132,10 +138,7 @@ func copyChunk(ctx context.Context, r *Router, c chunk) error {
 		ids = append(ids, id)
 	}
 	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
-	cols := UserColumns
-	if c.table == EventsTable {
-		cols = EventColumns
-	}
+	cols := columnsOf(c.table)
 	var wg sync.WaitGroup
 	errs := make(chan error, len(ids))
 	sem := make(chan struct{}, 4)
@@ -155,4 +158,36 @@ func copyChunk(ctx context.Context, r *Router, c chunk) error {
 	wg.Wait()
 	close(errs)
 	return <-errs
+}
+
+func columnsOf(table string) []string {
+	if table == EventsTable {
+		return EventColumns
+	}
+	return UserColumns
+}
+
+// copyThroughCitus copies a chunk into the distributed table through the
+// coordinator.
+func copyThroughCitus(ctx context.Context, r *Router, c chunk) error {
+	t, err := r.Cluster().Table(c.table)
+	if err != nil {
+		return err
+	}
+	coord, err := r.Entry(Coordinator)
+	if err != nil {
+		return err
+	}
+	pool, err := r.pool(ctx, coord)
+	if err != nil {
+		return err
+	}
+	rows := make([][]any, len(c.rows))
+	for i, row := range c.rows {
+		rows[i] = row.values
+	}
+	if _, err := pool.CopyFrom(ctx, pgx.Identifier{t.Schema, t.Name}, columnsOf(c.table), pgx.CopyFromRows(rows)); err != nil {
+		return fmt.Errorf("copy into %s through the Citus coordinator %s: %w", t.DisplayName(), coord.Addr(), err)
+	}
+	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -21,9 +22,14 @@ type Metadata interface {
 	NodeSettings(host string, port int) metadata.ConnSettings
 }
 
-// Router routes statements to shard placements (docs/design.md section 7).
+// Router sends the workload's statements. On a compat cluster it routes
+// them to shard placements itself (docs/design.md section 7); on a Citus
+// cluster it sends plain SQL on the distributed tables to the node a client
+// is assigned to (the coordinator or a metadata-synced worker), and Citus
+// routes. The flavor is the catalog's, read when the router is made.
 type Router struct {
-	md Metadata
+	md     Metadata
+	flavor metadata.Flavor
 
 	mu       sync.Mutex
 	cl       *metadata.Cluster
@@ -34,8 +40,9 @@ type Router struct {
 	retries   atomic.Int64
 }
 
-// NewRouter loads the metadata once and returns a router. maxConns bounds
-// the connections per node.
+// NewRouter loads the metadata once and returns a router for the cluster's
+// flavor: a compat router routes by the metadata, a Citus router lets Citus
+// route. maxConns bounds the connections per node.
 func NewRouter(ctx context.Context, md Metadata, maxConns int32) (*Router, error) {
 	if maxConns < 1 {
 		maxConns = 4
@@ -44,8 +51,15 @@ func NewRouter(ctx context.Context, md Metadata, maxConns int32) (*Router, error
 	if err := r.Refresh(ctx); err != nil {
 		return nil, err
 	}
+	r.flavor = r.Cluster().Flavor
 	return r, nil
 }
+
+// Flavor is the flavor of the cluster the router was made for.
+func (r *Router) Flavor() metadata.Flavor { return r.flavor }
+
+// citus reports whether Citus routes the statements.
+func (r *Router) citus() bool { return r.flavor == metadata.Citus }
 
 // Refresh reloads the metadata snapshot.
 func (r *Router) Refresh(ctx context.Context) error {
@@ -82,13 +96,60 @@ func (r *Router) Close() {
 
 // Target is where one statement goes.
 type Target struct {
+	// Shard is the shard holding the value as the cached metadata names
+	// it. On compat the statement runs on it; on Citus it is for reports
+	// only (Citus routes by its own, current metadata).
 	Shard metadata.Shard
-	Node  metadata.Node
-	Pool  *pgxpool.Pool
+	// Node is the node the statement is sent to: the shard's placement on
+	// compat, the client's entry node on Citus.
+	Node metadata.Node
+	Pool *pgxpool.Pool
+	// Rel is the relation the statement names: the shard table on compat
+	// (Shard.Ident()), the distributed table on Citus.
+	Rel pgx.Identifier
 }
 
-// Route finds the shard and node for value v of table.
+// Coordinator is the entry used by Route and Do on Citus.
+const Coordinator = -1
+
+// Entry returns the node client c sends its statements to on Citus: even
+// clients use the coordinator, odd clients the metadata-synced workers in
+// turn (client 1 the first worker, client 3 the second, ...). Coordinator
+// (or a cluster without such a worker) gives the coordinator. On compat
+// there is no entry node: statements go where the metadata places the row.
+func (r *Router) Entry(c int) (metadata.Node, error) {
+	cl := r.Cluster()
+	var coord metadata.Node
+	var workers []metadata.Node
+	found := false
+	for _, n := range cl.Nodes {
+		if n.Role != "" && n.Role != "primary" || !n.IsActive {
+			continue
+		}
+		switch {
+		case n.IsCoordinator():
+			coord, found = n, true
+		case n.HasMetadata && n.MetadataSynced:
+			workers = append(workers, n)
+		}
+	}
+	if !found {
+		return metadata.Node{}, fmt.Errorf("pg_dist_node has no active coordinator (group 0)")
+	}
+	if c < 0 || c%2 == 0 || len(workers) == 0 {
+		return coord, nil
+	}
+	sort.Slice(workers, func(i, j int) bool { return workers[i].GroupID < workers[j].GroupID })
+	return workers[(c/2)%len(workers)], nil
+}
+
+// Route finds the shard and node for value v of table. On Citus the node
+// is the coordinator; see Entry.
 func (r *Router) Route(ctx context.Context, table string, v any) (Target, error) {
+	return r.route(ctx, Coordinator, table, v)
+}
+
+func (r *Router) route(ctx context.Context, entry int, table string, v any) (Target, error) {
 	cl := r.Cluster()
 	t, err := cl.Table(table)
 	if err != nil {
@@ -97,6 +158,17 @@ func (r *Router) Route(ctx context.Context, table string, v any) (Target, error)
 	sh, err := cl.ShardFor(t, v)
 	if err != nil {
 		return Target{}, err
+	}
+	if r.citus() {
+		n, err := r.Entry(entry)
+		if err != nil {
+			return Target{}, err
+		}
+		pool, err := r.pool(ctx, n)
+		if err != nil {
+			return Target{}, err
+		}
+		return Target{Shard: sh, Node: n, Pool: pool, Rel: pgx.Identifier{t.Schema, t.Name}}, nil
 	}
 	p, ok := cl.PlacementOf(sh.ID)
 	if !ok {
@@ -110,7 +182,7 @@ func (r *Router) Route(ctx context.Context, table string, v any) (Target, error)
 	if err != nil {
 		return Target{}, err
 	}
-	return Target{Shard: sh, Node: n, Pool: pool}, nil
+	return Target{Shard: sh, Node: n, Pool: pool, Rel: sh.Ident()}, nil
 }
 
 func (r *Router) pool(ctx context.Context, n metadata.Node) (*pgxpool.Pool, error) {
@@ -142,17 +214,24 @@ func IsUndefinedTable(err error) bool {
 	return errors.As(err, &pgErr) && pgErr.Code == "42P01"
 }
 
-// Do runs fn against the placement of value v of table. On undefined_table
-// it refreshes the metadata and retries, up to maxAttempts times in all,
-// backing off a little between attempts: a cutover renames the old shard
-// before metadata flips, so a retry may briefly see the old placement.
+// Do runs fn against the placement of value v of table (on Citus: through
+// the coordinator). On undefined_table it refreshes the metadata and
+// retries, up to maxAttempts times in all, backing off a little between
+// attempts: a cutover renames the old shard before metadata flips, so a
+// retry may briefly see the old placement. (Citus does not answer 42P01 to
+// a statement on a distributed table during its moves; the retry is kept on
+// both flavors, since an error the server answered committed nothing.)
 func (r *Router) Do(ctx context.Context, table string, v any, fn func(ctx context.Context, t Target) error) error {
+	return r.do(ctx, Coordinator, table, v, fn)
+}
+
+func (r *Router) do(ctx context.Context, entry int, table string, v any, fn func(ctx context.Context, t Target) error) error {
 	const maxAttempts = 50
 	backoff := 5 * time.Millisecond
 	var err error
 	for attempt := 0; attempt < maxAttempts; attempt++ {
 		var t Target
-		t, err = r.Route(ctx, table, v)
+		t, err = r.route(ctx, entry, table, v)
 		if err != nil {
 			return err
 		}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -39,6 +40,10 @@ type RunResult struct {
 	Retries   int64
 	Refreshes int64
 	Elapsed   time.Duration
+	// Via counts acknowledged writes by the node they were sent to
+	// (host:port). On compat that is the shard's placement; on Citus the
+	// client's entry node (Router.Entry), which Citus routes from.
+	Via map[string]int64
 }
 
 // Ops is the total of acknowledged operations.
@@ -77,7 +82,7 @@ func Run(ctx context.Context, r *Router, opts RunOptions) (RunResult, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, opts.Duration)
 	defer cancel()
-	res := RunResult{Ledger: NewLedger(), Errors: map[string]int64{}}
+	res := RunResult{Ledger: NewLedger(), Errors: map[string]int64{}, Via: map[string]int64{}}
 	res.Ledger.RunID = opts.RunID
 	var mu sync.Mutex
 	var wg sync.WaitGroup
@@ -90,11 +95,14 @@ func Run(ctx context.Context, r *Router, opts RunOptions) (RunResult, error) {
 			cl := &client{id: c, r: r, l: res.Ledger, opts: opts,
 				rng:  rand.New(rand.NewPCG(opts.Seed, uint64(c)+1)),
 				gen:  NewGenerator(opts.Seed+uint64(c), opts.Users),
-				errs: map[string]int64{}}
+				errs: map[string]int64{}, via: map[string]int64{}}
 			cl.run(ctx)
 			mu.Lock()
 			for k, v := range cl.errs {
 				res.Errors[k] += v
+			}
+			for k, v := range cl.via {
+				res.Via[k] += v
 			}
 			res.Latencies = append(res.Latencies, cl.lat...)
 			mu.Unlock()
@@ -119,6 +127,7 @@ type client struct {
 	live []Key         // rows this client owns and may still touch
 	revs map[Key]int64 // last acknowledged rev per live row
 	errs map[string]int64
+	via  map[string]int64
 	lat  []Latency
 }
 
@@ -166,8 +175,30 @@ func sent(err error) bool {
 	return !pgconn.SafeToRetry(err)
 }
 
-func (c *client) record(op string, start time.Time) {
+// sentThroughCitus is sent for a statement Citus routes: the node the client
+// talks to forwards it to the shard's node, and some errors it answers with
+// are about that second hop, after which the shard's node may have
+// committed (an autocommit single-shard write commits there on its own). So
+// besides errors of the client's own connection, these SQLSTATEs leave the
+// outcome unknown: connection exceptions (class 08, which Citus raises when
+// a worker connection fails), internal errors (XX000, Citus's catch-all for
+// remote failures), a cancelled statement or a node shutting down (57014,
+// 57P01-57P03) and statement_completion_unknown (40003).
+func sentThroughCitus(err error) bool {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return sent(err)
+	}
+	switch c := pgErr.Code; {
+	case strings.HasPrefix(c, "08"), c == "XX000", c == "57014", c == "57P01", c == "57P02", c == "57P03", c == "40003":
+		return true
+	}
+	return false
+}
+
+func (c *client) record(op string, start time.Time, t Target) {
 	c.lat = append(c.lat, Latency{At: start, Dur: time.Since(start), Op: op})
+	c.via[t.Node.Addr()]++
 }
 
 func (c *client) insert(ctx context.Context) {
@@ -177,14 +208,16 @@ func (c *client) insert(ctx context.Context) {
 	e := c.gen.EventFor(eventID, userID, c.rng)
 	k := Key{userID, eventID}
 	start := time.Now()
-	err := c.r.Do(ctx, EventsTable, userID, func(ctx context.Context, t Target) error {
-		_, err := t.Pool.Exec(ctx, "INSERT INTO "+t.Shard.Ident().Sanitize()+
+	var via Target
+	err := c.r.do(ctx, c.id, EventsTable, userID, func(ctx context.Context, t Target) error {
+		via = t
+		_, err := t.Pool.Exec(ctx, "INSERT INTO "+t.Rel.Sanitize()+
 			" (event_id, event_type, event_public, repo_id, payload, repo, user_id, org, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
 			e.Values()...)
 		return err
 	})
 	if c.done(ctx, err, k, true, 0) {
-		c.record("insert", start)
+		c.record("insert", start, via)
 		c.l.ackInsert(k)
 		c.live = append(c.live, k)
 		c.revs[k] = 0
@@ -197,14 +230,16 @@ func (c *client) update(ctx context.Context) {
 	rev := c.revs[k] + 1
 	start := time.Now()
 	var affected int64
-	err := c.r.Do(ctx, EventsTable, k.UserID, func(ctx context.Context, t Target) error {
-		tag, err := t.Pool.Exec(ctx, "UPDATE "+t.Shard.Ident().Sanitize()+
+	var via Target
+	err := c.r.do(ctx, c.id, EventsTable, k.UserID, func(ctx context.Context, t Target) error {
+		via = t
+		tag, err := t.Pool.Exec(ctx, "UPDATE "+t.Rel.Sanitize()+
 			" SET payload = jsonb_set(payload, '{rev}', to_jsonb($3::bigint)) WHERE user_id = $1 AND event_id = $2", k.UserID, k.EventID, rev)
 		affected = tag.RowsAffected()
 		return err
 	})
 	if c.done(ctx, err, k, true, rev) {
-		c.record("update", start)
+		c.record("update", start, via)
 		if affected != 1 {
 			// The row the ledger says exists was not there: keep the ledger
 			// as it is so that Check reports it.
@@ -223,12 +258,14 @@ func (c *client) delete(ctx context.Context) {
 	i := c.rng.IntN(len(c.live))
 	k := c.live[i]
 	start := time.Now()
-	err := c.r.Do(ctx, EventsTable, k.UserID, func(ctx context.Context, t Target) error {
-		_, err := t.Pool.Exec(ctx, "DELETE FROM "+t.Shard.Ident().Sanitize()+" WHERE user_id = $1 AND event_id = $2", k.UserID, k.EventID)
+	var via Target
+	err := c.r.do(ctx, c.id, EventsTable, k.UserID, func(ctx context.Context, t Target) error {
+		via = t
+		_, err := t.Pool.Exec(ctx, "DELETE FROM "+t.Rel.Sanitize()+" WHERE user_id = $1 AND event_id = $2", k.UserID, k.EventID)
 		return err
 	})
 	if c.done(ctx, err, k, false, 0) {
-		c.record("delete", start)
+		c.record("delete", start, via)
 		c.l.ackDelete(k)
 	}
 	c.forget(i)
@@ -253,7 +290,11 @@ func (c *client) done(ctx context.Context, err error, k Key, present bool, rev i
 		return false
 	}
 	c.errs[classify(err)]++
-	if sent(err) {
+	inDoubt := sent
+	if c.r.citus() {
+		inDoubt = sentThroughCitus
+	}
+	if inDoubt(err) {
 		c.l.doubt(k, present, rev)
 	}
 	return false

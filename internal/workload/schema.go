@@ -50,7 +50,9 @@ type Distributor interface {
 
 // Setup creates github_users and github_events on the coordinator and
 // distributes them by user_id with the given shard count, colocated. Tables
-// already distributed are left as they are.
+// already distributed are left as they are. On compat it distributes with
+// cat.CreateDistributedTable; on Citus (the flavor of cat's snapshot) with
+// Citus's own create_distributed_table (CitusDistribute).
 func Setup(ctx context.Context, cat Distributor, shards int) error {
 	// Refuse before creating anything when no worker can take shards.
 	before, err := cat.Snapshot(ctx, metadata.SnapshotOptions{SkipSizes: true})
@@ -58,7 +60,11 @@ func Setup(ctx context.Context, cat Distributor, shards int) error {
 		return err
 	}
 	if _, err := before.Table(EventsTable); err != nil && !hasShardWorker(before) {
-		return fmt.Errorf("%w: the cluster has no active worker that may hold shards; add one with `shardmover node add host:port` (or `shardmover sandbox add-node`)", metadata.ErrInvalid)
+		add := "`shardmover node add host:port`"
+		if before.Flavor == metadata.Citus {
+			add = "citus_add_node"
+		}
+		return fmt.Errorf("%w: the cluster has no active worker that may hold shards; add one with %s (or `shardmover sandbox add-node`)", metadata.ErrInvalid, add)
 	}
 	for _, stmt := range []string{usersDDL, eventsDDL, eventsIndex} {
 		if _, err := cat.Pool().Exec(ctx, stmt); err != nil {
@@ -78,9 +84,38 @@ func Setup(ctx context.Context, cat Distributor, shards int) error {
 		} else if !errors.Is(err, metadata.ErrNotFound) {
 			return err
 		}
-		if _, err := cat.CreateDistributedTable(ctx, spec); err != nil {
+		if cl.Flavor == metadata.Citus {
+			err = CitusDistribute(ctx, cat.Pool(), spec)
+		} else {
+			_, err = cat.CreateDistributedTable(ctx, spec)
+		}
+		if err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// CitusDistribute distributes an existing table with Citus's
+// create_distributed_table on the coordinator pool: opts.Table by
+// opts.Column, colocated with opts.ColocateWith ("" is Citus's "default",
+// "none" a new colocation group), with opts.ShardCount shards when it is
+// positive (otherwise Citus's citus.shard_count or the colocated table's).
+func CitusDistribute(ctx context.Context, coordinator *pgxpool.Pool, opts metadata.DistributeOptions) error {
+	colocate := opts.ColocateWith
+	if colocate == "" {
+		colocate = "default"
+	}
+	var err error
+	if opts.ShardCount > 0 {
+		_, err = coordinator.Exec(ctx, `SELECT create_distributed_table($1::text::regclass, $2, colocate_with := $3, shard_count := $4)`,
+			opts.Table, opts.Column, colocate, opts.ShardCount)
+	} else {
+		_, err = coordinator.Exec(ctx, `SELECT create_distributed_table($1::text::regclass, $2, colocate_with := $3)`,
+			opts.Table, opts.Column, colocate)
+	}
+	if err != nil {
+		return fmt.Errorf("create_distributed_table(%s, %s): %w", opts.Table, opts.Column, err)
 	}
 	return nil
 }

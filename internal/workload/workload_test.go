@@ -103,6 +103,9 @@ func TestWorkloadLedgerAndChecker(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, v.OK(), "violations: %v", v.Violations)
 	assert.Equal(t, res.Ledger.Acknowledged(), v.Acknowledged)
+	next, err := workload.NextRunID(ctx, r)
+	require.NoError(t, err)
+	assert.Equal(t, uint8(1), next, "the run after run 0")
 
 	// Corrupt one live row's value, delete another, resurrect a deleted
 	// one: the checker must see all three.
@@ -119,7 +122,7 @@ func TestWorkloadLedgerAndChecker(t *testing.T) {
 	require.NotZero(t, gone.EventID)
 	corrupt := func(k workload.Key, tmpl string) {
 		require.NoError(t, r.Do(ctx, workload.EventsTable, k.UserID, func(ctx context.Context, tg workload.Target) error {
-			_, err := tg.Pool.Exec(ctx, replaceTable(tmpl, tg.Shard.Ident().Sanitize()), k.UserID, k.EventID)
+			_, err := tg.Pool.Exec(ctx, replaceTable(tmpl, tg.Rel.Sanitize()), k.UserID, k.EventID)
 			return err
 		}))
 	}
