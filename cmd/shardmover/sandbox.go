@@ -7,7 +7,6 @@ import (
 	"os"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/spf13/cobra"
 
 	"github.com/shardmover/shardmover/internal/sandbox"
@@ -181,9 +180,6 @@ func newSandboxLoad(g *globals) *cobra.Command {
 				return err
 			}
 			defer cat.Close()
-			if cat.Flavor() == metadata.Citus {
-				return citusLoad(cmd, g, cat, shards, opts)
-			}
 			if err := workload.Setup(ctx, cat, shards); err != nil {
 				return err
 			}
@@ -204,8 +200,12 @@ func newSandboxLoad(g *globals) *cobra.Command {
 			if g.output == "json" {
 				return writeJSON(cmd.OutOrStdout(), map[string]any{"users": res.Users, "events": res.Events, "seconds": el.Seconds()})
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "loaded %d users and %d events in %s (%.0f rows/s)\n",
-				res.Users, res.Events, el.Round(time.Millisecond), float64(res.Users+res.Events)/el.Seconds())
+			via := ""
+			if cat.Flavor() == metadata.Citus {
+				via = " through the Citus coordinator"
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "loaded %d users and %d events%s in %s (%.0f rows/s)\n",
+				res.Users, res.Events, via, el.Round(time.Millisecond), float64(res.Users+res.Events)/el.Seconds())
 			return nil
 		},
 	}
@@ -215,71 +215,4 @@ func newSandboxLoad(g *globals) *cobra.Command {
 	f.Uint64Var(&opts.Seed, "seed", opts.Seed, "generator seed (same seed, same data)")
 	f.IntVar(&shards, "shards", shards, "shard count when the tables are distributed by this command")
 	return cmd
-}
-
-// citusDistributor distributes the workload's tables with Citus's own
-// create_distributed_table.
-type citusDistributor struct{ *metadata.Catalog }
-
-func (d citusDistributor) CreateDistributedTable(ctx context.Context, o metadata.DistributeOptions) (metadata.Table, error) {
-	colocate := o.ColocateWith
-	if colocate == "" {
-		colocate = "default"
-	}
-	var err error
-	if o.ShardCount > 0 {
-		_, err = d.Pool().Exec(ctx, `SELECT create_distributed_table($1::text::regclass, $2, colocate_with := $3, shard_count := $4)`,
-			o.Table, o.Column, colocate, o.ShardCount)
-	} else {
-		_, err = d.Pool().Exec(ctx, `SELECT create_distributed_table($1::text::regclass, $2, colocate_with := $3)`, o.Table, o.Column, colocate)
-	}
-	if err != nil {
-		return metadata.Table{}, fmt.Errorf("create_distributed_table(%s, %s): %w", o.Table, o.Column, err)
-	}
-	return metadata.Table{}, nil
-}
-
-// citusLoad is sandbox load on a Citus cluster: the same tables and rows as
-// on compat (same seed, same data), distributed by Citus and copied through
-// the coordinator.
-func citusLoad(cmd *cobra.Command, g *globals, cat *metadata.Catalog, shards int, opts workload.LoadOptions) error {
-	ctx := cmd.Context()
-	if err := workload.Setup(ctx, citusDistributor{cat}, shards); err != nil {
-		return err
-	}
-	if opts.ChunkRows <= 0 {
-		opts.ChunkRows = workload.DefaultLoadOptions().ChunkRows
-	}
-	bar := newProgress(os.Stderr, g.log)
-	start := time.Now()
-	gen := workload.NewGenerator(opts.Seed, opts.Users)
-	copyRows := func(table string, cols []string, total int64, row func(id int64) []any) error {
-		for from := int64(1); from <= total; from += int64(opts.ChunkRows) {
-			to := min(from+int64(opts.ChunkRows)-1, total)
-			rows := make([][]any, 0, to-from+1)
-			for id := from; id <= to; id++ {
-				rows = append(rows, row(id))
-			}
-			if _, err := cat.Pool().CopyFrom(ctx, pgx.Identifier{table}, cols, pgx.CopyFromRows(rows)); err != nil {
-				return fmt.Errorf("copy into %s through the coordinator: %w", table, err)
-			}
-			bar.update(table, to, total)
-		}
-		return nil
-	}
-	err := copyRows(workload.UsersTable, workload.UserColumns, opts.Users, func(id int64) []any { return gen.User(id).Values() })
-	if err == nil {
-		err = copyRows(workload.EventsTable, workload.EventColumns, opts.Events, func(id int64) []any { return gen.Event(id).Values() })
-	}
-	bar.finish()
-	if err != nil {
-		return err
-	}
-	el := time.Since(start)
-	if g.output == "json" {
-		return writeJSON(cmd.OutOrStdout(), map[string]any{"users": opts.Users, "events": opts.Events, "seconds": el.Seconds()})
-	}
-	fmt.Fprintf(cmd.OutOrStdout(), "loaded %d users and %d events through the Citus coordinator in %s (%.0f rows/s)\n",
-		opts.Users, opts.Events, el.Round(time.Millisecond), float64(opts.Users+opts.Events)/el.Seconds())
-	return nil
 }
