@@ -7,6 +7,7 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -151,19 +152,20 @@ func unreachable(what, host string, port uint16, err error) error {
 	addr := net.JoinHostPort(host, strconv.Itoa(int(port)))
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
+		// Also a failed password (28P01): the server answered.
 		return fmt.Errorf("%w: %s %s refused the connection: %s (SQLSTATE %s)", ErrUnreachable, what, addr, pgErr.Message, pgErr.Code)
 	}
+	// No server error: say why by the error's type, never by its text.
 	reason := "no server answered"
 	var ne net.Error
+	var dnsErr *net.DNSError
 	switch {
 	case errors.As(err, &ne) && ne.Timeout():
 		reason = "the connection timed out"
-	case strings.Contains(err.Error(), "connection refused"):
+	case errors.Is(err, syscall.ECONNREFUSED):
 		reason = "connection refused"
-	case strings.Contains(err.Error(), "no such host"):
+	case errors.As(err, &dnsErr) && dnsErr.IsNotFound:
 		reason = "unknown host"
-	case strings.Contains(err.Error(), "password authentication failed"):
-		reason = "password authentication failed"
 	}
 	hint := "check that it is running and that --coordinator points to it"
 	if what != "coordinator" {

@@ -8,8 +8,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"go.uber.org/zap"
+
+	"github.com/shardmover/shardmover/internal/pgerr"
 )
 
 // The journal (schema shardmover on the coordinator, docs/design.md section 8)
@@ -600,17 +601,8 @@ func (c *Catalog) SettleDecision(ctx context.Context, id int64) (Settlement, err
 }
 
 // IsUnknownOutcome reports whether err may have come after the server
-// committed (a broken connection during COMMIT).
-func IsUnknownOutcome(err error) bool {
-	if err == nil {
-		return false
-	}
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
-		return false
-	}
-	return !pgconn.SafeToRetry(err)
-}
+// committed (a broken connection during COMMIT): pgerr.IsUnknownOutcome.
+func IsUnknownOutcome(err error) bool { return pgerr.IsUnknownOutcome(err) }
 
 // Lease is the right to run one move: a session advisory lock held on a
 // dedicated coordinator connection. When the holder dies, its connection

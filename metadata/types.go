@@ -271,15 +271,21 @@ func splitName(name string) (string, string) {
 }
 
 // invalidError is a user's mistake: its message is one sentence, and it
-// matches ErrInvalid with errors.Is.
+// matches ErrInvalid with errors.Is. It is the one invalid-input error type
+// of every package (Invalidf): the mover's and the scheduler's refusals are
+// this type too.
 type invalidError struct{ msg string }
 
 func (e *invalidError) Error() string        { return e.msg }
 func (e *invalidError) Is(target error) bool { return target == ErrInvalid }
 
-func invalidf(format string, args ...any) error {
+// Invalidf returns a refused request: its message is the formatted
+// sentence, without the sentinel's prefix, and it matches ErrInvalid.
+func Invalidf(format string, args ...any) error {
 	return &invalidError{msg: fmt.Sprintf(format, args...)}
 }
+
+func invalidf(format string, args ...any) error { return Invalidf(format, args...) }
 
 // QualifiedName renders a schema-qualified name with both parts quoted
 // ("schema"."name"): the form in which the journal stores shard table names,

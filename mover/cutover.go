@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/shardmover/shardmover/internal/ctxtime"
+	"github.com/shardmover/shardmover/internal/pgerr"
 	"github.com/shardmover/shardmover/internal/pgsql"
 	"github.com/shardmover/shardmover/metadata"
 )
@@ -64,7 +65,7 @@ func (r *run) cutover(ctx context.Context, m metadata.Move) error {
 		return nil
 	case errors.Is(err, ErrKilled), ctx.Err() != nil:
 		return err
-	case errors.Is(err, errPauseExceeded) || isLockTimeout(err):
+	case errors.Is(err, errPauseExceeded) || pgerr.IsLockTimeout(err):
 		wait := r.cutoverBackoff
 		r.cutoverBackoff = min(2*r.cutoverBackoff, r.e.cfg.CutoverMaxBackoff)
 		r.log.Warn("cutover rolled back", zap.Error(err), zap.Duration("retry_in", wait))
@@ -75,10 +76,6 @@ func (r *run) cutover(ctx context.Context, m metadata.Move) error {
 		return ctxtime.Sleep(ctx, wait)
 	}
 	return err
-}
-
-func isLockTimeout(err error) bool {
-	return pgCode(err) == "55P03"
 }
 
 // tryCutover runs one attempt. Errors before PREPARE abort the transaction

@@ -219,7 +219,7 @@ func (e *Engine) Schedule(ctx context.Context, kind string, specs []metadata.Mov
 	}
 	job, moves, err := e.cat.CreateJob(ctx, kind, "", specs)
 	if errors.Is(err, metadata.ErrGroupBusy) {
-		return job, moves, &invalidError{msg: strings.TrimPrefix(err.Error(), metadata.ErrGroupBusy.Error()+": ")}
+		return job, moves, metadata.Invalidf("%s", strings.TrimPrefix(err.Error(), metadata.ErrGroupBusy.Error()+": "))
 	}
 	return job, moves, err
 }
@@ -324,12 +324,6 @@ func (e *Engine) recoverNode(ctx context.Context, n metadata.Node) error {
 
 func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
 
-// invalidError is a refused request: it matches metadata.ErrInvalid.
-type invalidError struct{ msg string }
-
-func (e *invalidError) Error() string        { return e.msg }
-func (e *invalidError) Is(target error) bool { return target == metadata.ErrInvalid }
-
-func invalidf(format string, args ...any) error {
-	return &invalidError{msg: fmt.Sprintf(format, args...)}
-}
+// invalidf is a refused request: metadata's one invalid-input error type,
+// matching metadata.ErrInvalid.
+func invalidf(format string, args ...any) error { return metadata.Invalidf(format, args...) }

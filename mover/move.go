@@ -11,10 +11,10 @@ import (
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"go.uber.org/zap"
 
 	"github.com/shardmover/shardmover/internal/ctxtime"
+	"github.com/shardmover/shardmover/internal/pgerr"
 	"github.com/shardmover/shardmover/metadata"
 	"github.com/shardmover/shardmover/replication"
 )
@@ -115,12 +115,12 @@ const (
 )
 
 func (r *run) loop(ctx context.Context) error {
-	// errSince is when the current run of failures began, and errPhase the
+	// streak times the current run of failures, and errPhase is the
 	// furthest phase it reached: a step back (copying -> setup after a
 	// failed copy) does not restart the clock, only getting past errPhase
 	// does. So a copy that keeps failing (a full disk) ends the move after
 	// RetryFor instead of recopying forever.
-	var errSince time.Time
+	streak := pgerr.RetryCap{Max: r.e.cfg.RetryFor}
 	var errPhase Phase
 	wait := retryFirst
 	conflicts := 0
@@ -175,10 +175,11 @@ func (r *run) loop(ctx context.Context) error {
 		switch {
 		case err == nil:
 			conflicts = 0
-			if !errSince.IsZero() {
+			if streak.Failing() {
 				if next, perr := r.e.cat.Move(ctx, r.id); perr == nil {
 					if p, _ := ParsePhase(next.Phase); p > errPhase {
-						errSince, errPhase, wait = time.Time{}, 0, retryFirst
+						streak.Reset()
+						errPhase, wait = 0, retryFirst
 					}
 				}
 			}
@@ -211,12 +212,13 @@ func (r *run) loop(ctx context.Context) error {
 		}
 		// Transient: retry the step with backoff, but not for longer than
 		// RetryFor without getting past the phase where it began.
-		if errSince.IsZero() {
-			errSince, errPhase = time.Now(), phase
+		if !streak.Failing() {
+			errPhase = phase
 		}
 		errPhase = max(errPhase, phase)
+		exceeded := streak.Fail()
 		r.log.Warn("step failed, retrying", zap.String("phase", phase.String()), zap.Error(err), zap.Duration("retry_in", wait))
-		if time.Since(errSince) > r.e.cfg.RetryFor && !m.CutoverCommitted {
+		if exceeded && !m.CutoverCommitted {
 			if ferr := r.fail(ctx, m, phase, fmt.Errorf("gave up after %s: %w", r.e.cfg.RetryFor, err)); !errors.Is(ferr, errPastDecision) {
 				return ferr
 			}
@@ -610,22 +612,9 @@ func (e *permanentError) Unwrap() error { return e.err }
 func permanent(err error) error { return &permanentError{err} }
 
 // isPermanent: our own permanent errors, replication's, refusals, and
-// SQLSTATEs that no retry fixes (syntax, undefined objects, privileges).
+// SQLSTATEs that no retry fixes (pgerr.IsPermanent: data, integrity,
+// authorization, syntax and access rules, disk full).
 func isPermanent(err error) bool {
 	var p *permanentError
-	if errors.As(err, &p) || errors.Is(err, metadata.ErrInvalid) || errors.Is(err, replication.ErrPermanent) {
-		return true
-	}
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
-		switch pgErr.Code {
-		case "53100": // disk_full: recopying would fill it again
-			return true
-		}
-		switch pgErr.Code[:2] {
-		case "42", "22", "23", "28":
-			return true
-		}
-	}
-	return false
+	return errors.As(err, &p) || errors.Is(err, metadata.ErrInvalid) || errors.Is(err, replication.ErrPermanent) || pgerr.IsPermanent(err)
 }

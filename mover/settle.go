@@ -2,7 +2,6 @@ package mover
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sort"
 	"strconv"
@@ -13,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/shardmover/shardmover/internal/ctxtime"
+	"github.com/shardmover/shardmover/internal/pgerr"
 	"github.com/shardmover/shardmover/internal/pgsql"
 	"github.com/shardmover/shardmover/metadata"
 )
@@ -111,7 +111,7 @@ func settlePrepared(ctx context.Context, conn *pgx.Conn, gid string, commit bool
 		verb = "COMMIT PREPARED "
 	}
 	_, err = pgsql.ExecOne(ctx, conn, verb+quoteLiteral(gid))
-	if pgCode(err) == "42704" { // undefined_object: no such prepared transaction
+	if pgerr.IsUndefinedObject(err) { // no such prepared transaction
 		return false, nil
 	}
 	return err == nil, err
@@ -220,12 +220,4 @@ func ensureFenced(ctx context.Context, src *pgx.Conn, m metadata.Move) (refenced
 		return false, fmt.Errorf("re-fence: %w", err)
 	}
 	return true, nil
-}
-
-func pgCode(err error) string {
-	var pgErr interface{ SQLState() string }
-	if errors.As(err, &pgErr) {
-		return pgErr.SQLState()
-	}
-	return ""
 }

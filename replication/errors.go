@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/shardmover/shardmover/internal/pgerr"
 )
 
 // ErrBadName is returned (wrapped) when a slot, publication or origin name
@@ -69,41 +71,18 @@ func (e *permanentError) Unwrap() []error {
 	return []error{e.err, ErrPermanent}
 }
 
-// isPermanent is the one classifier of errors met while streaming: it reads
-// the SQLSTATE of a server error. Connection trouble, serialization failures,
-// lock and resource shortages, operator intervention and "object in use"
-// (a replication origin still held by a previous session that is exiting)
-// are transient; data, integrity, syntax and privilege errors are not.
+// isPermanent classifies errors met while streaming: ErrPermanent, or a
+// SQLSTATE pgerr.IsPermanentStreaming calls permanent (data, integrity,
+// syntax and privilege errors, unsupported features, internal errors).
+// Connection trouble, serialization failures, lock and resource shortages,
+// operator intervention and "object in use" (a replication origin still
+// held by a previous session that is exiting) are transient.
 func isPermanent(err error) bool {
-	if err == nil {
-		return false
-	}
-	if errors.Is(err, ErrPermanent) {
-		return true
-	}
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
-		switch pgErr.Code[:2] {
-		case "22", // data exception
-			"23", // integrity constraint violation
-			"42", // syntax error or access rule violation (undefined table, column, privilege)
-			"0A", // feature not supported
-			"XX": // internal error
-			return true
-		}
-		return false
-	}
-	return false
+	return errors.Is(err, ErrPermanent) || pgerr.IsPermanentStreaming(err)
 }
 
-// pgCode returns the SQLSTATE of err, or "".
-func pgCode(err error) string {
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
-		return pgErr.Code
-	}
-	return ""
-}
+// pgCode returns the SQLSTATE of err, or "" (pgerr.Code).
+func pgCode(err error) string { return pgerr.Code(err) }
 
 // parseDSN parses a libpq connection string without ever echoing it: pgconn's
 // own parse errors quote the string, which may hold a password.

@@ -18,6 +18,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/shardmover/shardmover/internal/ctxtime"
+	"github.com/shardmover/shardmover/internal/pgerr"
 )
 
 // StreamConfig configures a Stream.
@@ -308,7 +309,7 @@ func (s *Stream) Run(ctx context.Context) (err error) {
 	}()
 	const minBackoff, maxBackoff = 100 * time.Millisecond, 10 * time.Second
 	backoff := minBackoff
-	var failingSince time.Time
+	streak := pgerr.RetryCap{Max: s.cfg.MaxRetry}
 	for {
 		before := s.Processed()
 		err := s.session(ctx)
@@ -323,12 +324,13 @@ func (s *Stream) Run(ctx context.Context) (err error) {
 			s.log.Error("replication stream failed", zap.Error(err))
 			return err
 		}
-		if s.Processed() > before || failingSince.IsZero() {
-			backoff, failingSince = minBackoff, time.Now()
+		if s.Processed() > before || !streak.Failing() {
+			backoff = minBackoff
+			streak.Reset()
 		}
-		if time.Since(failingSince) > s.cfg.MaxRetry {
-			s.log.Error("replication stream gave up retrying", zap.Error(err), zap.Duration("failing_for", time.Since(failingSince)))
-			return fmt.Errorf("replication stream failing for %s: %w", time.Since(failingSince).Round(time.Second), err)
+		if streak.Fail() {
+			s.log.Error("replication stream gave up retrying", zap.Error(err), zap.Duration("failing_for", streak.Elapsed()))
+			return fmt.Errorf("replication stream failing for %s: %w", streak.Elapsed().Round(time.Second), err)
 		}
 		s.log.Warn("replication stream retrying", zap.Error(err), zap.Duration("backoff", backoff))
 		if err := ctxtime.Sleep(ctx, backoff); err != nil {

@@ -1,7 +1,6 @@
 package scheduler
 
 import (
-	"fmt"
 	"math"
 	"sort"
 	"strconv"
@@ -198,11 +197,5 @@ func ParseCapacity(specs []string) (map[string]float64, error) {
 	return out, nil
 }
 
-type invalidError struct{ msg string }
-
-func (e *invalidError) Error() string        { return e.msg }
-func (e *invalidError) Is(target error) bool { return target == metadata.ErrInvalid }
-
-func invalidf(format string, args ...any) error {
-	return &invalidError{msg: fmt.Sprintf(format, args...)}
-}
+// invalidf is a refused request: metadata's one invalid-input error type.
+func invalidf(format string, args ...any) error { return metadata.Invalidf(format, args...) }
