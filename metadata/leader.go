@@ -8,7 +8,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/shardmover/shardmover/internal/pgerr"
 )
 
 // Daemon leadership (docs/design.md section 9) is a lease with a fencing token.
@@ -84,8 +85,7 @@ func (c *Catalog) TakeLeadership(ctx context.Context, lease *Lease, holder strin
 	}
 	if ttl > 0 {
 		_, err := lease.conn.Exec(ctx, fmt.Sprintf("SET idle_session_timeout = %d", max(ttl.Milliseconds(), 1)))
-		var pgErr *pgconn.PgError
-		if err != nil && !(errors.As(err, &pgErr) && pgErr.Code == "42704") { // unknown before PostgreSQL 14
+		if err != nil && !pgerr.IsUndefinedObject(err) { // unknown before PostgreSQL 14
 			return nil, fmt.Errorf("set the leader lock's time to live: %w", err)
 		}
 	}

@@ -2,7 +2,6 @@ package workload
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sort"
 	"sync"
@@ -10,9 +9,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/shardmover/shardmover/internal/pgerr"
 	"github.com/shardmover/shardmover/metadata"
 )
 
@@ -209,10 +208,7 @@ func (r *Router) pool(ctx context.Context, n metadata.Node) (*pgxpool.Pool, erro
 }
 
 // IsUndefinedTable reports SQLSTATE 42P01.
-func IsUndefinedTable(err error) bool {
-	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && pgErr.Code == "42P01"
-}
+func IsUndefinedTable(err error) bool { return pgerr.IsUndefinedTable(err) }
 
 // Do runs fn against the placement of value v of table (on Citus: through
 // the coordinator). On undefined_table it refreshes the metadata and
