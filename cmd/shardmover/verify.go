@@ -31,7 +31,7 @@ With --shard or --group it also compares each shard's data (row count and an ord
 checksum) with the fenced old copy a finished move left behind, and lists the first differing
 primary keys. Writes made since that move also make them differ. --all (the default) checks the
 catalogs only. Exit 0 when everything matches, 1 when not, 2 on bad input.`,
-		Args: cobra.NoArgs,
+		Args: exactArgs(0, "verify takes flags only: --shard ID, --group COLOCATION:INDEX or --all"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			opts := verify.Options{All: all}
 			flags := cmd.Flags()
