@@ -135,4 +135,15 @@ func TestVerifyAfterMove(t *testing.T) {
 	assert.Contains(t, out, "added key (999999999)")
 	assert.Contains(t, out, "verify: found problems")
 	assert.Equal(t, "verify found problems", msg)
+
+	// The deferred cleanup record forgotten: the fenced copy is an orphan.
+	cc, err := pgx.Connect(ctx, coord)
+	require.NoError(t, err)
+	defer cc.Close(ctx)
+	_, err = cc.Exec(ctx, "DELETE FROM shardmover.cleanup WHERE move_id = 1 AND policy = 'deferred'")
+	require.NoError(t, err)
+	out, msg, code = run(t, "verify", "--all", "--coordinator", coord)
+	require.Equal(t, 1, code, "%s\n%s", msg, out)
+	assert.Contains(t, out, "FAIL orphan: public.github_users_102008_moved_1 on "+c.Workers()[0].Addr())
+	assert.Contains(t, out, "move 1 is done and no deferred cleanup record names it")
 }
