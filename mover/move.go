@@ -4,10 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
-	"strconv"
 	"time"
-	"unicode/utf8"
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
@@ -334,27 +331,10 @@ func shardIdents(m metadata.Move) []pgx.Identifier {
 	return out
 }
 
-// maxIdentBytes is PostgreSQL's NAMEDATALEN - 1.
-const maxIdentBytes = 63
-
-// movedName is the fenced name of an old shard: <shard>_moved_<moveid>.
-// PostgreSQL cuts longer names at 63 bytes, which could make two fenced
-// names collide or split a character: a long name keeps a prefix (cut at a
-// character boundary) and adds a hash of the whole name.
-func movedName(name string, moveID int64) string {
-	suffix := "_moved_" + strconv.FormatInt(moveID, 10)
-	if len(name)+len(suffix) <= maxIdentBytes {
-		return name + suffix
-	}
-	h := fnv.New32a()
-	_, _ = h.Write([]byte(name))
-	tag := fmt.Sprintf("_%08x", h.Sum32())
-	keep := maxIdentBytes - len(suffix) - len(tag)
-	for keep > 0 && !utf8.RuneStart(name[keep]) {
-		keep--
-	}
-	return name[:keep] + tag + suffix
-}
+// movedName is the fenced name of an old shard (metadata.FencedName):
+// <shard>_moved_<moveid>, with a prefix and a hash when that would pass 63
+// bytes.
+func movedName(name string, moveID int64) string { return metadata.FencedName(name, moveID) }
 
 // connectBoth opens one connection to the source and one to the target.
 func (r *run) connectBoth(ctx context.Context) (*pgx.Conn, *pgx.Conn, error) {

@@ -130,7 +130,7 @@ func TestIdleTimeCappedAtBurst(t *testing.T) {
 }
 
 func TestWaitHonoursContext(t *testing.T) {
-	l := New(1) // one byte a second
+	l := New(1)                                                // one byte a second
 	if err := l.Wait(context.Background(), 1000); err != nil { // booked at once
 		t.Fatal(err)
 	}
