@@ -2,6 +2,7 @@ package mover
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strconv"
@@ -117,7 +118,7 @@ func settlePrepared(ctx context.Context, conn *pgx.Conn, gid string, commit bool
 	return err == nil, err
 }
 
-// settleTries bounds how long a mover keeps trying to settle a fence after
+// settleGrace bounds how long a mover keeps trying to settle a fence after
 // it was asked to stop: a stopped mover leaves the rest to the recovery of
 // the next one.
 const settleGrace = 30 * time.Second
@@ -128,6 +129,12 @@ const settleGrace = 30 * time.Second
 // when ctx ends (and a grace period after, for a cutover in progress), and
 // then says that the source stays fenced until recovery settles it.
 //
+// Once the decision is settled, a source that cannot be reached ends the
+// retrying: its fence is durable there and holds nothing anyone can reach,
+// and whoever resumes the move (or cleanup) settles it when the source is
+// back. The coordinator, by contrast, is retried: the source the fence
+// locks may be serving reads that wait on it.
+//
 // After a committed decision whose fence is gone (rolled back by someone),
 // the fence is re-established: the source tables are renamed again.
 // refenced reports that, so the caller carries over what the source took
@@ -136,9 +143,13 @@ func (r *run) settle(ctx context.Context, m metadata.Move) (st metadata.Settleme
 	wait := 200 * time.Millisecond
 	var stopAt time.Time
 	for {
-		st, refenced, err = r.settleOnce(context.WithoutCancel(ctx), m)
+		var decided bool
+		st, decided, refenced, err = r.settleOnce(context.WithoutCancel(ctx), m)
 		if err == nil {
 			return st, refenced, nil
+		}
+		if decided && errors.Is(err, metadata.ErrUnreachable) {
+			return st, false, fmt.Errorf("the cutover decision of move %d is settled (committed: %t), but its source cannot be reached to settle the fence there; resuming the move or `shardmover cleanup` does once it is back: %w", m.ID, st.Committed, err)
 		}
 		if ctx.Err() != nil {
 			if stopAt.IsZero() {
@@ -158,31 +169,33 @@ func (r *run) settle(ctx context.Context, m metadata.Move) (st metadata.Settleme
 	}
 }
 
-func (r *run) settleOnce(ctx context.Context, m metadata.Move) (metadata.Settlement, bool, error) {
-	st, err := r.e.cat.SettleDecision(ctx, m.ID)
+// settleOnce makes one attempt; decided reports that the decision itself
+// was settled, whatever happened on the source after.
+func (r *run) settleOnce(ctx context.Context, m metadata.Move) (st metadata.Settlement, decided, refenced bool, err error) {
+	st, err = r.e.cat.SettleDecision(ctx, m.ID)
 	if err != nil {
-		return st, false, err
+		return st, false, false, err
 	}
 	src, err := r.e.connect(ctx, r.source)
 	if err != nil {
-		return st, false, err
+		return st, true, false, err
 	}
 	defer src.Close(ctx)
 	found, err := settleFences(ctx, src, m.ID, st)
 	if err != nil {
-		return st, false, err
+		return st, true, false, err
 	}
 	if !st.Committed || found {
-		return st, false, nil
+		return st, true, false, nil
 	}
-	refenced, err := ensureFenced(ctx, src, m)
+	refenced, err = ensureFenced(ctx, src, m)
 	if err != nil {
-		return st, false, err
+		return st, true, false, err
 	}
 	if refenced {
 		r.log.Error("the fence of a committed cutover was gone; re-established it", zap.Strings("tables", m.ShardTables))
 	}
-	return st, refenced, nil
+	return st, true, refenced, nil
 }
 
 // ensureFenced makes sure move m's old shards on the source carry their
