@@ -49,6 +49,15 @@ type Config struct {
 	// fails.
 	RetryFor time.Duration
 
+	// MaxRetainedWAL and MaxRetainedWALFraction bound the WAL a move's slot
+	// may retain on the source before the move's decision: at most
+	// MaxRetainedWAL bytes (0: 10 GB; negative: no byte limit) and at most
+	// MaxRetainedWALFraction of the source's free disk when that can be
+	// measured (0: 0.5; negative: no disk limit). Past the limit the move
+	// fails and its slot is dropped.
+	MaxRetainedWAL         int64
+	MaxRetainedWALFraction float64
+
 	// DiskFactor: a move's preflight wants this many times the shard
 	// group's size free on the target's data directory (0: 1.5; negative:
 	// no check).
@@ -79,6 +88,9 @@ func DefaultConfig() Config {
 		RangesPerTable:     4,
 		RetryFor:           5 * time.Minute,
 		DiskFactor:         defaultDiskFactor,
+
+		MaxRetainedWAL:         defaultMaxRetainedWAL,
+		MaxRetainedWALFraction: defaultMaxRetainedWALFraction,
 	}
 }
 
@@ -134,6 +146,12 @@ func New(cfg Config, cat *metadata.Catalog) *Engine {
 	}
 	if cfg.RetryFor <= 0 {
 		cfg.RetryFor = def.RetryFor
+	}
+	if cfg.MaxRetainedWAL == 0 {
+		cfg.MaxRetainedWAL = def.MaxRetainedWAL
+	}
+	if cfg.MaxRetainedWALFraction == 0 {
+		cfg.MaxRetainedWALFraction = def.MaxRetainedWALFraction
 	}
 	return &Engine{cfg: cfg, cat: cat, log: cfg.Logger}
 }

@@ -168,7 +168,7 @@ func (r *run) loop(ctx context.Context) error {
 		if m.CancelRequested && !m.CutoverCommitted {
 			return r.abort(ctx, m, phase, Cancelled, "cancelled by request")
 		}
-		err = r.step(ctx, m, phase)
+		err = r.guarded(ctx, m, phase) // the step, under the WAL-retention guard
 		switch {
 		case err == nil:
 			conflicts = 0

@@ -25,6 +25,7 @@ func newMoveCmd(g *globals) *cobra.Command {
 		toNode   int32
 		dryRun   bool
 		throttle string
+		maxWAL   maxWALFlag
 		lim      = mover.DefaultLimits()
 	)
 	cmd := &cobra.Command{
@@ -46,6 +47,9 @@ func newMoveCmd(g *globals) *cobra.Command {
 				return err
 			}
 			lim.BytesPerSecond = rate
+			if err := maxWAL.resolve(); err != nil {
+				return err
+			}
 			ctx := cmd.Context()
 			cat, err := g.catalog(ctx)
 			if err != nil {
@@ -63,7 +67,7 @@ func newMoveCmd(g *globals) *cobra.Command {
 							job.ID, m.ID, m.ColocationID, m.ShardIndex, m.ShardIDs, target.Addr())
 					}
 				}}
-			out, err := scheduler.NewRunner(cat, g.moverConfig(), nil).Move(ctx, req)
+			out, err := scheduler.NewRunner(cat, maxWAL.apply(g.moverConfig()), nil).Move(ctx, req)
 			if err != nil {
 				return err
 			}
@@ -95,6 +99,7 @@ func newMoveCmd(g *globals) *cobra.Command {
 	f.BoolVar(&dryRun, "dry-run", false, "run the preflight checks only")
 	f.StringVar(&throttle, "throttle", "", "copy bandwidth limit, e.g. 50MB/s (default: none)")
 	registerLimits(cmd, &lim)
+	maxWAL.register(cmd)
 	return cmd
 }
 
@@ -173,6 +178,36 @@ func (b *baseCostFlag) apply(o *scheduler.PlanOptions) error {
 	}
 	o.BaseCost = &v
 	return nil
+}
+
+// maxWALFlag is --max-retained-wal of move, rebalance, drain and daemon.
+type maxWALFlag struct {
+	raw   string
+	bytes int64
+}
+
+func (w *maxWALFlag) register(cmd *cobra.Command) {
+	w.raw = "10GB"
+	cmd.Flags().StringVar(&w.raw, "max-retained-wal", w.raw,
+		"fail a move whose replication slot retains more WAL than this on the source (and never more than half of the source's free disk), e.g. 10GB or 512MiB")
+}
+
+// resolve parses the flag; it runs before any connection is made.
+func (w *maxWALFlag) resolve() error {
+	v, ok := parseSize(w.raw)
+	if !ok || v <= 0 {
+		return usagef("--max-retained-wal %q is not a size: write it like 10GB or 512MiB", w.raw)
+	}
+	w.bytes = v
+	return nil
+}
+
+// apply sets the limit on a mover configuration.
+func (w *maxWALFlag) apply(cfg mover.Config) mover.Config {
+	if w.bytes > 0 {
+		cfg.MaxRetainedWAL = w.bytes
+	}
+	return cfg
 }
 
 // moveDisplay shows live progress of moves: one redrawn line per move on a

@@ -25,6 +25,7 @@ type jobFlags struct {
 	bandwidth              string
 	threshold, improvement float64
 	baseCost               baseCostFlag
+	maxWAL                 maxWALFlag
 }
 
 func (f *jobFlags) register(cmd *cobra.Command, withPlan bool) {
@@ -40,6 +41,7 @@ func (f *jobFlags) register(cmd *cobra.Command, withPlan bool) {
 	}
 	registerLimits(cmd, &f.limits)
 	fl.StringVar(&f.bandwidth, "max-bandwidth", "", "total copy bandwidth, e.g. 100MB/s (default: none)")
+	f.maxWAL.register(cmd)
 }
 
 func (f *jobFlags) resolve(cmd *cobra.Command) error {
@@ -61,7 +63,7 @@ func (f *jobFlags) resolve(cmd *cobra.Command) error {
 		return usagef("--max-bandwidth %q is not a rate: write it like 100MB/s", f.bandwidth)
 	}
 	f.limits.BytesPerSecond = rate
-	return nil
+	return f.maxWAL.resolve()
 }
 
 // registerLimits adds --concurrency and --per-node, the limits of every
@@ -102,7 +104,7 @@ func newRebalanceCmd(g *globals) *cobra.Command {
 				return err
 			}
 			defer cat.Close()
-			runner := scheduler.NewRunner(cat, g.moverConfig(), nil)
+			runner := scheduler.NewRunner(cat, f.maxWAL.apply(g.moverConfig()), nil)
 			if dryRun {
 				res, err := runner.Plan(ctx, f.plan)
 				if err != nil {
@@ -199,7 +201,7 @@ func newDrainCmd(g *globals) *cobra.Command {
 				return err
 			}
 			defer cat.Close()
-			out, err := scheduler.NewRunner(cat, g.moverConfig(), nil).Drain(ctx, node, f.plan, f.limits)
+			out, err := scheduler.NewRunner(cat, f.maxWAL.apply(g.moverConfig()), nil).Drain(ctx, node, f.plan, f.limits)
 			if out.Job == nil && err == nil {
 				fmt.Fprintf(cmd.OutOrStdout(), "%s holds no shard groups; it is marked shouldhaveshards = false\n", node)
 				return nil
@@ -247,7 +249,7 @@ the lock. /readyz answers 200 with {"state":"leader"} or {"state":"standby"}, an
 				return err
 			}
 			defer func() { _ = log.Sync() }()
-			cfg.Mover = mover.DefaultConfig()
+			cfg.Mover = f.maxWAL.apply(mover.DefaultConfig())
 			cfg.Mover.Logger = log
 			ctx := cmd.Context()
 			cat, err := g.catalog(ctx)
