@@ -81,9 +81,9 @@ type prepareReq struct {
 // only when an error needs it, not for every change.
 type check struct {
 	label string // a fixed description ("truncate"), or:
-	s     *stmt  // the change, or the first change of a run of n
+	s     *stmt  // the change, or the first change of a row batch of n
 	n     int
-	keys  [][][]byte // the first rows of a run, for the message
+	keys  [][][]byte // the first rows of a row batch, for the message
 	rows  int64      // an UPDATE or DELETE must affect exactly this many rows
 }
 
@@ -121,31 +121,32 @@ func (c check) what() string {
 // connection: prepared statements are named here and prepared by the
 // executor before the first unit that uses them.
 //
-// Batchable changes collect in runs (see run.go). Unless strict, changes
-// are regrouped within a segment: a stretch of the target transaction in
-// which each row (relation and key) has one pending change; a second change
-// of a row is folded into the first (see coalesce) or starts a new segment.
-// Changes to distinct rows commute, so each run of a segment may hold
-// changes that were not consecutive, and the runs go out in any order. The
-// one effect order can still have is on constraints between rows (a unique
-// column value that moves from one row to another): such a unit fails, and
-// the session then replays those transactions strictly (see
-// reorderedError): one statement per change in the source's exact order,
-// so that any error it meets is the source's own and names the row. The
-// failing statement's table, when it broke an integrity constraint, is
-// then ordered: only its inserts are regrouped from then on (see apply).
+// Batchable changes collect in row batches (see batch.go). Unless strict,
+// changes are regrouped within a segment: a stretch of the target
+// transaction in which each row (relation and key) has one pending change;
+// a second change of a row is folded into the first (see coalesce) or
+// starts a new segment. Changes to distinct rows commute, so each row batch
+// of a segment may hold changes that were not consecutive, and the row
+// batches go out in any order. The one effect order can still have is on
+// constraints between rows (a unique column value that moves from one row
+// to another): such a unit fails, and the session then replays those
+// transactions strictly (see reorderedError): one statement per change in
+// the source's exact order, so that any error it meets is the source's own
+// and names the row. The failing statement's table, when it broke an
+// integrity constraint, is then ordered: only its inserts are regrouped
+// from then on (see apply).
 type applier struct {
 	exec *executor
 	cur  unit
-	n    int  // queued statements (checks + rows of pending runs)
+	n    int  // queued statements (checks + rows of pending row batches)
 	size int  // bytes of queued values
 	inTx bool // BEGIN queued, COMMIT not yet
 
-	strict bool              // one statement per change, in source order
-	runs   []*run            // pending runs of the segment, oldest first
-	byKind map[runKey]*run   // the same, by relation and shape
-	seen   map[rowKey]rowRef // rows changed in the segment
-	spare  []*run
+	strict     bool                      // one statement per change, in source order
+	rowBatches []*rowBatch               // pending row batches of the segment, oldest first
+	byKind     map[rowBatchKey]*rowBatch // the same, by relation and shape
+	seen       map[rowKey]rowRef         // rows changed in the segment
+	spare      []*rowBatch
 
 	// ordered: relations whose updates and deletes are always applied in
 	// source order (Stream.ordered; read only here).
@@ -155,7 +156,7 @@ type applier struct {
 	typeNames map[uint32]string // built-in type OID -> SQL name
 }
 
-type runKey struct {
+type rowBatchKey struct {
 	rel   *relation
 	shape string
 }
@@ -165,16 +166,17 @@ type rowKey struct {
 	key string
 }
 
-// rowRef locates a row's pending change: row i of run r, while r still
-// has the generation gen (a run that is emitted and reused moves on).
+// rowRef locates a row's pending change: row i of row batch rb, while rb
+// still has the generation gen (a row batch that is emitted and reused
+// moves on).
 type rowRef struct {
-	r   *run
+	rb  *rowBatch
 	gen int
 	i   int
 }
 
 func newApplier(x *executor, typeNames map[uint32]string, ordered map[string]bool) *applier {
-	return &applier{exec: x, typeNames: typeNames, ordered: ordered, byKind: map[runKey]*run{}, seen: map[rowKey]rowRef{}}
+	return &applier{exec: x, typeNames: typeNames, ordered: ordered, byKind: map[rowBatchKey]*rowBatch{}, seen: map[rowKey]rowRef{}}
 }
 
 func (a *applier) queueSQL(sql string, values [][]byte, oids []uint32, c check) {
@@ -191,10 +193,10 @@ func (a *applier) begin() {
 }
 
 // setStrict switches order-preserving mode on or off for the changes that
-// follow; pending regrouped runs go out first.
+// follow; pending regrouped row batches go out first.
 func (a *applier) setStrict(strict bool) {
 	if strict && !a.strict {
-		a.emitRuns()
+		a.emitRowBatches()
 	}
 	a.strict = strict
 }
@@ -205,19 +207,19 @@ func (a *applier) apply(ctx context.Context, s *stmt) error {
 	for _, v := range s.values {
 		a.size += len(v)
 	}
-	// A relation with a constraint between rows that failed regrouped:
-	// its inserts still go in runs, but every other change of it ends the
-	// segment and goes out alone, so inserts are reordered only among
+	// A relation with a constraint between rows that failed regrouped: its
+	// inserts still go in row batches, but every other change of it ends
+	// the segment and goes out alone, so inserts are reordered only among
 	// inserts with no other change of that relation in between. Such
 	// inserts do not conflict in any order: each one satisfied the
 	// constraints against the rows already there, the earlier inserts
 	// included, and a pairwise constraint holds for the set whatever the
 	// order it is built in.
 	if !s.batchable || a.strict || (s.kind != 'I' && a.ordered[s.rel.quoted]) {
-		a.emitRuns()
+		a.emitRowBatches()
 		a.queueStmt(s)
 	} else {
-		a.addToRun(s)
+		a.addToRowBatch(s)
 	}
 	if a.n >= maxQueuedStmts || a.size >= maxQueuedBytes {
 		return a.flush(ctx)
@@ -225,37 +227,37 @@ func (a *applier) apply(ctx context.Context, s *stmt) error {
 	return nil
 }
 
-func (a *applier) addToRun(s *stmt) {
+func (a *applier) addToRowBatch(s *stmt) {
 	rk := rowKey{rel: s.rel, key: s.rowKeyBytes()}
 	if rk.key != "" {
-		if ref, again := a.seen[rk]; again && ref.gen == ref.r.gen {
+		if ref, again := a.seen[rk]; again && ref.gen == ref.rb.gen {
 			switch a.coalesce(ref, s, rk) {
 			case merged:
 				a.cur.reordered = true
 				return
 			case conflict:
-				a.emitRuns() // a new segment
+				a.emitRowBatches() // a new segment
 			}
 		}
 	}
-	k := runKey{rel: s.rel, shape: s.shape}
-	r := a.byKind[k]
-	if r != nil && r.full() {
-		a.emitRun(r)
-		r = nil
+	k := rowBatchKey{rel: s.rel, shape: s.shape}
+	rb := a.byKind[k]
+	if rb != nil && rb.full() {
+		a.emitRowBatch(rb)
+		rb = nil
 	}
-	if r == nil {
+	if rb == nil {
 		if n := len(a.spare); n > 0 {
-			r, a.spare = a.spare[n-1], a.spare[:n-1]
+			rb, a.spare = a.spare[n-1], a.spare[:n-1]
 		} else {
-			r = &run{}
+			rb = &rowBatch{}
 		}
-		a.runs = append(a.runs, r)
-		a.byKind[k] = r
+		a.rowBatches = append(a.rowBatches, rb)
+		a.byKind[k] = rb
 	}
-	r.add(s)
+	rb.add(s)
 	if rk.key != "" {
-		a.seen[rk] = rowRef{r: r, gen: r.gen, i: len(r.rows) - 1}
+		a.seen[rk] = rowRef{rb: rb, gen: rb.gen, i: len(rb.rows) - 1}
 	}
 	a.n++
 	a.cur.reordered = true
@@ -273,8 +275,8 @@ func (a *applier) addToRun(s *stmt) {
 // Anything else (a DELETE then an INSERT, updates of different columns)
 // is a conflict: the segment ends and s starts the next one.
 func (a *applier) coalesce(ref rowRef, s *stmt, rk rowKey) coalesced {
-	prev := ref.r.first
-	row := ref.r.rows[ref.i]
+	prev := ref.rb.first
+	row := ref.rb.rows[ref.i]
 	switch {
 	case prev.kind == 'I' && s.kind == 'U':
 		vals := slices.Clone(row)
@@ -288,17 +290,17 @@ func (a *applier) coalesce(ref rowRef, s *stmt, rk rowKey) coalesced {
 			}
 			vals[at] = s.values[j]
 		}
-		ref.r.rows[ref.i] = vals
+		ref.rb.rows[ref.i] = vals
 		return merged
 	case prev.kind == 'U' && s.kind == 'U' && prev.shape == s.shape:
-		ref.r.rows[ref.i] = s.values
+		ref.rb.rows[ref.i] = s.values
 		return merged
 	case prev.kind == 'I' && s.kind == 'D':
-		ref.r.rows[ref.i] = nil
+		ref.rb.rows[ref.i] = nil
 		delete(a.seen, rk)
 		return merged
 	case prev.kind == 'U' && s.kind == 'D':
-		ref.r.rows[ref.i] = nil
+		ref.rb.rows[ref.i] = nil
 		delete(a.seen, rk)
 		return replaced
 	}
@@ -314,10 +316,10 @@ const (
 	replaced                  // the pending change is gone: queue s as new
 )
 
-// emitRuns queues every pending run and starts a new segment.
-func (a *applier) emitRuns() {
-	for len(a.runs) > 0 {
-		a.emitRun(a.runs[0])
+// emitRowBatches queues every pending row batch and starts a new segment.
+func (a *applier) emitRowBatches() {
+	for len(a.rowBatches) > 0 {
+		a.emitRowBatch(a.rowBatches[0])
 	}
 	clear(a.seen)
 }
@@ -347,36 +349,36 @@ func (a *applier) queueStmt(s *stmt) {
 	a.n++
 }
 
-// emitRun queues run r and forgets it: one change as its single-row
-// statement, more as one multi-row statement.
-func (a *applier) emitRun(r *run) {
-	for i, x := range a.runs {
-		if x == r {
-			a.runs = append(a.runs[:i], a.runs[i+1:]...)
+// emitRowBatch queues row batch rb and forgets it: one change as its
+// single-row statement, more as one multi-row statement.
+func (a *applier) emitRowBatch(rb *rowBatch) {
+	for i, x := range a.rowBatches {
+		if x == rb {
+			a.rowBatches = append(a.rowBatches[:i], a.rowBatches[i+1:]...)
 			break
 		}
 	}
-	s := r.first
-	delete(a.byKind, runKey{rel: s.rel, shape: s.shape})
+	s := rb.first
+	delete(a.byKind, rowBatchKey{rel: s.rel, shape: s.shape})
 	defer func() {
-		r.reset()
-		a.spare = append(a.spare, r)
+		rb.reset()
+		a.spare = append(a.spare, rb)
 	}()
-	a.n -= len(r.rows)
-	r.compact() // drop the rows coalesced away
-	switch len(r.rows) {
+	a.n -= len(rb.rows)
+	rb.compact() // drop the rows coalesced away
+	switch len(rb.rows) {
 	case 0:
 		return
 	case 1:
 		one := *s
-		one.values = r.rows[0]
+		one.values = rb.rows[0]
 		a.queueStmt(&one)
 		return
 	}
 	for _, p := range s.params {
 		if c := s.rel.cols[p.col]; c.cast == "" && a.typeNames[c.oid] == "" {
 			// A type the target cannot name: one statement per change.
-			for _, row := range r.rows {
+			for _, row := range rb.rows {
 				one := *s
 				one.values = row
 				a.queueStmt(&one)
@@ -384,14 +386,14 @@ func (a *applier) emitRun(r *run) {
 			return
 		}
 	}
-	name := a.stmtName(s, "run:"+s.shape, func() string {
-		return s.runSQL(func(oid uint32) string { return a.typeNames[oid] })
+	name := a.stmtName(s, "rowBatch:"+s.shape, func() string {
+		return s.rowBatchSQL(func(oid uint32) string { return a.typeNames[oid] })
 	}, nil)
-	a.cur.batch.ExecPrepared(name, r.arrays(), binaryFormats(len(s.params)), nil)
-	// The run's rows are reused once it is emitted: keep the first few.
-	c := check{s: s, n: len(r.rows), keys: slices.Clone(r.rows[:min(len(r.rows), 5)])}
+	a.cur.batch.ExecPrepared(name, rb.arrays(), binaryFormats(len(s.params)), nil)
+	// The row batch's rows are reused once it is emitted: keep the first few.
+	c := check{s: s, n: len(rb.rows), keys: slices.Clone(rb.rows[:min(len(rb.rows), 5)])}
 	if s.oneRow {
-		c.rows = int64(len(r.rows))
+		c.rows = int64(len(rb.rows))
 	}
 	a.cur.checks = append(a.cur.checks, c)
 	a.n++
@@ -399,7 +401,7 @@ func (a *applier) emitRun(r *run) {
 
 // truncate queues a TRUNCATE.
 func (a *applier) truncate(sql string) {
-	a.emitRuns()
+	a.emitRowBatches()
 	a.begin()
 	a.queueSQL(sql, nil, nil, check{label: "truncate"})
 }
@@ -412,7 +414,7 @@ func (a *applier) truncate(sql string) {
 // moves, still in order behind earlier units.
 func (a *applier) commit(ctx context.Context, end pglogrepl.LSN, commitTime time.Time, advance pglogrepl.LSN) error {
 	if a.inTx {
-		a.emitRuns()
+		a.emitRowBatches()
 		a.queueSQL("SELECT pg_replication_origin_xact_setup($1, $2)",
 			[][]byte{[]byte(end.String()), []byte(commitTime.UTC().Format(time.RFC3339Nano))},
 			[]uint32{pgLSNOID, pgtype.TimestamptzOID},
@@ -433,7 +435,7 @@ func (a *applier) mark(ctx context.Context, lsn pglogrepl.LSN) error {
 
 // flush hands the queued statements to the executor.
 func (a *applier) flush(ctx context.Context) error {
-	a.emitRuns()
+	a.emitRowBatches()
 	if len(a.cur.checks) == 0 && len(a.cur.prepares) == 0 {
 		return nil
 	}

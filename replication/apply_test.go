@@ -30,8 +30,8 @@ func TestRegroupedChangesFallBackToSourceOrder(t *testing.T) {
 	cfg := e.streamConfig("shardmover_regroup", start)
 	cfg.Logger = zap.New(core)
 	// In one source transaction the three changes are one segment: the
-	// inserts of 2 and 3 share a run that goes out before the delete of 1,
-	// so 3 would take 'x' while 1 still holds it.
+	// inserts of 2 and 3 share a row batch that goes out before the delete
+	// of 1, so 3 would take 'x' while 1 still holds it.
 	e.exec(e.src, `BEGIN; INSERT INTO acct VALUES (2, 'y'); DELETE FROM acct WHERE id = 1; INSERT INTO acct VALUES (3, 'x'); COMMIT`)
 	r := e.run(cfg)
 	e.catchUp(r)
@@ -47,10 +47,10 @@ func TestRegroupedChangesFallBackToSourceOrder(t *testing.T) {
 	require.NoError(t, r.stop())
 }
 
-// TestDivergedRunNamesTheRows: a multi-row UPDATE that finds fewer rows on
-// the target than it holds stops the stream with ErrDiverged, after the
-// in-order replay finds the same, naming the row.
-func TestDivergedRunNamesTheRows(t *testing.T) {
+// TestDivergedRowBatchNamesTheRows: a multi-row UPDATE that finds fewer
+// rows on the target than it holds stops the stream with ErrDiverged, after
+// the in-order replay finds the same, naming the row.
+func TestDivergedRowBatchNamesTheRows(t *testing.T) {
 	e := newEnv(t)
 	e.both(`CREATE TABLE dv (id int PRIMARY KEY, v int NOT NULL)`)
 	e.exec(e.src, `INSERT INTO dv SELECT g, 0 FROM generate_series(1, 50) g`)

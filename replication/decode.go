@@ -189,9 +189,9 @@ type stmt struct {
 	oneRow bool
 	kind   byte // 'I', 'U', 'D'
 	// batchable: consecutive changes of this shape may be applied as one
-	// multi-row statement (see run): every parameter has a type the target
-	// can name, and an UPDATE or DELETE finds its row by a unique key that
-	// it does not change.
+	// multi-row statement (see rowBatch): every parameter has a type the
+	// target can name, and an UPDATE or DELETE finds its row by a unique
+	// key that it does not change.
 	batchable bool
 }
 

@@ -134,7 +134,7 @@ func TestSplitTable(t *testing.T) {
 	assert.Len(t, splitTable(id, p, 0, 4, 64<<20), 1)
 }
 
-func TestRunStatements(t *testing.T) {
+func TestRowBatchStatements(t *testing.T) {
 	r := rel('d', true)
 	names := map[uint32]string{20: "bigint", 3802: "jsonb", 114: "json"}
 	typeName := func(oid uint32) string { return names[oid] }
@@ -142,20 +142,20 @@ func TestRunStatements(t *testing.T) {
 	ins, err := insertStmt(r, &pglogrepl.InsertMessage{Tuple: tuple("tttt", "1", `{"a":1}`, "ok", "{}")})
 	require.NoError(t, err)
 	assert.True(t, ins.batchable)
-	assert.Equal(t, `INSERT INTO "app"."T t" ("id", "big", "m", "j") OVERRIDING SYSTEM VALUE SELECT u.p1::bigint, u.p2::jsonb, u.p3::"app"."mood", u.p4::json FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]) AS u(p1, p2, p3, p4)`, ins.runSQL(typeName))
+	assert.Equal(t, `INSERT INTO "app"."T t" ("id", "big", "m", "j") OVERRIDING SYSTEM VALUE SELECT u.p1::bigint, u.p2::jsonb, u.p3::"app"."mood", u.p4::json FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]) AS u(p1, p2, p3, p4)`, ins.rowBatchSQL(typeName))
 	assert.Equal(t, "1:1", ins.rowKeyBytes(), "an insert is keyed by its key columns")
 
 	// An unchanged TOASTed value is not assigned.
 	upd, err := updateStmt(r, &pglogrepl.UpdateMessage{NewTuple: tuple("tutt", "7", "", "sad", "null")})
 	require.NoError(t, err)
 	assert.True(t, upd.batchable)
-	assert.Equal(t, `UPDATE "app"."T t" AS _t SET "m" = u.p1::"app"."mood", "j" = u.p2::json FROM unnest($1::text[], $2::text[], $3::text[]) AS u(p1, p2, p3) WHERE _t."id" = u.p3::bigint`, upd.runSQL(typeName))
+	assert.Equal(t, `UPDATE "app"."T t" AS _t SET "m" = u.p1::"app"."mood", "j" = u.p2::json FROM unnest($1::text[], $2::text[], $3::text[]) AS u(p1, p2, p3) WHERE _t."id" = u.p3::bigint`, upd.rowBatchSQL(typeName))
 	assert.Equal(t, "1:7", upd.rowKeyBytes())
 
 	del, err := deleteStmt(r, &pglogrepl.DeleteMessage{OldTuple: tuple("tnnn", "7")})
 	require.NoError(t, err)
 	assert.True(t, del.batchable)
-	assert.Equal(t, `DELETE FROM "app"."T t" AS _t USING unnest($1::text[]) AS u(p1) WHERE _t."id" = u.p1::bigint`, del.runSQL(typeName))
+	assert.Equal(t, `DELETE FROM "app"."T t" AS _t USING unnest($1::text[]) AS u(p1) WHERE _t."id" = u.p1::bigint`, del.rowBatchSQL(typeName))
 
 	// A key change and REPLICA IDENTITY FULL are never batched.
 	kc, err := updateStmt(r, &pglogrepl.UpdateMessage{OldTuple: tuple("tnnn", "7"), NewTuple: tuple("tttt", "8", "{}", "ok", "{}")})
@@ -167,15 +167,15 @@ func TestRunStatements(t *testing.T) {
 	assert.False(t, fd.batchable)
 }
 
-func TestRunArraysBinary(t *testing.T) {
-	r := &run{}
+func TestRowBatchArraysBinary(t *testing.T) {
+	rb := &rowBatch{}
 	s := &stmt{rel: rel('d', true), params: []param{{col: 0}, {col: 3}}}
 	for _, vals := range [][][]byte{{[]byte("1"), []byte(`a"b\c`)}, {[]byte("2"), nil}} {
 		one := *s
 		one.values = vals
-		r.add(&one)
+		rb.add(&one)
 	}
-	arr := r.arrays()
+	arr := rb.arrays()
 	require.Len(t, arr, 2)
 	// ndim 1, has-null, element type text, length 2, lower bound 1, then
 	// length-prefixed elements with -1 for NULL.

@@ -112,7 +112,7 @@
 //     it. When the failed statement broke an integrity constraint (SQLSTATE
 //     class 23: UNIQUE, EXCLUDE, deferrable or not), its table is
 //     remembered for the Stream's life: its INSERTs are still grouped, in
-//     runs of inserts alone, but each of its UPDATEs and DELETEs ends the
+//     row batches of inserts alone, but each of its UPDATEs and DELETEs ends the
 //     segment and is applied alone in source order. Inserts with no other
 //     change of their table in between satisfy a constraint between rows in
 //     any order, so a workload that keeps moving unique values between rows

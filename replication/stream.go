@@ -95,10 +95,10 @@ type Stream struct {
 	// which a regrouped statement failed on an integrity constraint: a
 	// constraint between rows (UNIQUE, EXCLUDE) that the source's order
 	// satisfies and the regrouped order need not. For the rest of this
-	// Stream's life only their INSERTs are grouped (into runs of inserts
-	// alone); their UPDATEs and DELETEs are applied one statement per
-	// change in source order. Only the Run goroutine touches it (sessions'
-	// appliers read it).
+	// Stream's life only their INSERTs are grouped (into row batches of
+	// inserts alone); their UPDATEs and DELETEs are applied one statement
+	// per change in source order. Only the Run goroutine touches it
+	// (sessions' appliers read it).
 	ordered map[string]bool
 }
 

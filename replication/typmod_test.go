@@ -105,7 +105,7 @@ func TestGroupedApplyKeepsTypmods(t *testing.T) {
 	e.assertSame("bits", "id")
 	e.assertMultiRow(pgx.Identifier{"public", "bits"}, "INSERT", "UPDATE")
 
-	// Runs located by a char(10) and by a numeric(10,2) key.
+	// Row batches located by a char(10) and by a numeric(10,2) key.
 	phase(`INSERT INTO ck SELECT 'k' || g, g FROM generate_series(101, 200) g`,
 		`UPDATE ck SET v = -v WHERE v BETWEEN 10 AND 60`,
 		`DELETE FROM ck WHERE v BETWEEN 70 AND 90`)

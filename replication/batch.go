@@ -7,7 +7,7 @@ import (
 	"strings"
 )
 
-// A run is batchable changes of one relation and one shape (same kind,
+// A rowBatch is batchable changes of one relation and one shape (same kind,
 // same columns set and compared) within a segment of the target
 // transaction (see applier), applied as one statement over unnest()ed
 // text arrays (sent in binary):
@@ -18,36 +18,36 @@ import (
 //
 // (b being char(n): the cast names no typmod, the assignment applies b's.)
 //
-// It is the same as applying the changes one by one because a segment
-// holds one pending change per row: UPDATE and DELETE runs find rows by a
+// It is the same as applying the changes one by one because a segment holds
+// one pending change per row: UPDATE and DELETE row batches find rows by a
 // unique key they do not change, and a second change of a row is folded
 // into the first or starts a new segment. Every value still goes through
 // its type's input function (the cast from text), so values round-trip
-// exactly as with single-row statements. UPDATE and DELETE runs must
+// exactly as with single-row statements. UPDATE and DELETE row batches must
 // affect exactly as many rows as they hold.
 
-// Run bounds: a run is emitted when it reaches either.
+// Row batch bounds: a row batch is emitted when it reaches either.
 const (
-	maxRunRows  = 1000
-	maxRunBytes = 1 << 20
+	maxRowBatchRows  = 1000
+	maxRowBatchBytes = 1 << 20
 )
 
-type run struct {
+type rowBatch struct {
 	first *stmt      // the first change: relation, kind, shape, params
 	rows  [][][]byte // the values of each change, in order; nil: coalesced away
 	bytes int
-	gen   int // bumped when the run is emitted and reset
+	gen   int // bumped when the row batch is emitted and reset
 }
 
-func (r *run) reset() {
-	clear(r.rows)
-	r.first, r.rows, r.bytes = nil, r.rows[:0], 0
-	r.gen++
+func (rb *rowBatch) reset() {
+	clear(rb.rows)
+	rb.first, rb.rows, rb.bytes = nil, rb.rows[:0], 0
+	rb.gen++
 }
 
 // compact drops the rows coalesced away.
-func (r *run) compact() {
-	r.rows = slices.DeleteFunc(r.rows, func(row [][]byte) bool { return row == nil })
+func (rb *rowBatch) compact() {
+	rb.rows = slices.DeleteFunc(rb.rows, func(row [][]byte) bool { return row == nil })
 }
 
 // paramOf returns the position of column col among s's parameters, or -1.
@@ -60,17 +60,19 @@ func (s *stmt) paramOf(col int) int {
 	return -1
 }
 
-func (r *run) full() bool { return len(r.rows) >= maxRunRows || r.bytes >= maxRunBytes }
+func (rb *rowBatch) full() bool {
+	return len(rb.rows) >= maxRowBatchRows || rb.bytes >= maxRowBatchBytes
+}
 
 // add appends s's values. They are s's own: pglogrepl copies tuple data out
 // of the receive buffer, so they stay valid after later messages.
-func (r *run) add(s *stmt) {
-	if r.first == nil {
-		r.first = s
+func (rb *rowBatch) add(s *stmt) {
+	if rb.first == nil {
+		rb.first = s
 	}
-	r.rows = append(r.rows, s.values)
+	rb.rows = append(rb.rows, s.values)
 	for _, v := range s.values {
-		r.bytes += len(v)
+		rb.bytes += len(v)
 	}
 }
 
@@ -100,27 +102,27 @@ func (s *stmt) rowKeyBytes() string {
 	return string(b)
 }
 
-// arrays renders the run's values as one text[] per parameter, in the
+// arrays renders the row batch's values as one text[] per parameter, in the
 // binary array format (array_recv): no quoting to write, no escapes to
 // parse.
-func (r *run) arrays() [][]byte {
-	n := len(r.first.params)
+func (rb *rowBatch) arrays() [][]byte {
+	n := len(rb.first.params)
 	out := make([][]byte, n)
 	for p := 0; p < n; p++ {
 		size, nulls := 20, int32(0)
-		for _, row := range r.rows {
+		for _, row := range rb.rows {
 			size += 4 + len(row[p])
 			if row[p] == nil {
 				nulls = 1
 			}
 		}
 		b := make([]byte, 0, size)
-		b = binary.BigEndian.AppendUint32(b, 1)                   // dimensions
-		b = binary.BigEndian.AppendUint32(b, uint32(nulls))       // has NULLs
-		b = binary.BigEndian.AppendUint32(b, textOID)             // element type
-		b = binary.BigEndian.AppendUint32(b, uint32(len(r.rows))) // length
-		b = binary.BigEndian.AppendUint32(b, 1)                   // lower bound
-		for _, row := range r.rows {
+		b = binary.BigEndian.AppendUint32(b, 1)                    // dimensions
+		b = binary.BigEndian.AppendUint32(b, uint32(nulls))        // has NULLs
+		b = binary.BigEndian.AppendUint32(b, textOID)              // element type
+		b = binary.BigEndian.AppendUint32(b, uint32(len(rb.rows))) // length
+		b = binary.BigEndian.AppendUint32(b, 1)                    // lower bound
+		for _, row := range rb.rows {
 			if row[p] == nil {
 				b = binary.BigEndian.AppendUint32(b, 0xFFFFFFFF) // -1: NULL
 				continue
@@ -142,9 +144,9 @@ func binaryFormats(n int) []int16 {
 	return f
 }
 
-// runSQL renders the multi-row statement for the run's shape; typeName
-// names a built-in type by OID.
-func (s *stmt) runSQL(typeName func(uint32) string) string {
+// rowBatchSQL renders the multi-row statement for a row batch of s's shape;
+// typeName names a built-in type by OID.
+func (s *stmt) rowBatchSQL(typeName func(uint32) string) string {
 	val := func(i int, c column) string {
 		v := "u.p" + strconv.Itoa(i+1)
 		if c.cast != "" {
