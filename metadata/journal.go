@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -24,12 +26,92 @@ var ErrPhaseConflict = errors.New("move phase changed underneath")
 // ErrGroupBusy marks a shard group that another unfinished move already holds.
 var ErrGroupBusy = errors.New("shard group is held by another move")
 
+// Phase is a move's phase as the journal stores it (moves.phase,
+// move_log.from_phase and to_phase). mover.Phase is the mover's enum of the
+// same phases; its String form is one of these.
+type Phase string
+
+// The phases of a move, in the order a move passes them (docs/design.md,
+// "move phases"); the last three are terminal.
+const (
+	PhaseScheduled  Phase = "scheduled"
+	PhasePreflight  Phase = "preflight"
+	PhaseSetup      Phase = "setup"
+	PhaseCopying    Phase = "copying"
+	PhaseIndexing   Phase = "indexing"
+	PhaseCatchingUp Phase = "catching_up"
+	PhaseCutover    Phase = "cutover"
+	PhaseCleanup    Phase = "cleanup"
+	PhaseDone       Phase = "done"
+	PhaseFailed     Phase = "failed"
+	PhaseCancelled  Phase = "cancelled"
+)
+
+// TerminalPhases are the phases a move ends in: the one definition of
+// "finished" that every query and check uses.
+var TerminalPhases = []Phase{PhaseDone, PhaseFailed, PhaseCancelled}
+
+// Terminal reports whether a move in phase p has ended.
+func (p Phase) Terminal() bool { return slices.Contains(TerminalPhases, p) }
+
+// terminalPhases is TerminalPhases as a text[] query argument: SQL tests
+// "unfinished" as phase <> ALL($n).
+func terminalPhases() []string {
+	out := make([]string, len(TerminalPhases))
+	for i, p := range TerminalPhases {
+		out[i] = string(p)
+	}
+	return out
+}
+
+// sqlList renders values as an SQL list of literals ('a', 'b'), for the
+// DDL that cannot take parameters (a partial index's predicate, a column
+// default). The values are this package's constants: no quoting needed.
+func sqlList[S ~string](values ...S) string {
+	quoted := make([]string, len(values))
+	for i, v := range values {
+		quoted[i] = "'" + string(v) + "'"
+	}
+	return strings.Join(quoted, ", ")
+}
+
+// JobState is a job's state (jobs.state).
+type JobState string
+
+// Job states. A job runs, is paused (some move unfinished, resumable), or
+// has ended done, failed or cancelled (mover.JobState is the rule).
+const (
+	JobRunning   JobState = "running"
+	JobPaused    JobState = "paused"
+	JobDone      JobState = "done"
+	JobFailed    JobState = "failed"
+	JobCancelled JobState = "cancelled"
+)
+
+// ObjectKind is the kind of artifact a cleanup record names
+// (cleanup.object_type).
+type ObjectKind string
+
+// Cleanup object kinds.
+const (
+	// ObjectPrepared: a move's prepared fence transaction (by its GID).
+	ObjectPrepared ObjectKind = "prepared"
+	// ObjectSlot: a logical replication slot on the source.
+	ObjectSlot ObjectKind = "slot"
+	// ObjectPublication: a publication on the source.
+	ObjectPublication ObjectKind = "publication"
+	// ObjectOrigin: a replication origin on the target.
+	ObjectOrigin ObjectKind = "origin"
+	// ObjectTable: a shard table (the target copy, or the fenced old shard).
+	ObjectTable ObjectKind = "table"
+)
+
 var journalDDL = []string{
 	`CREATE SCHEMA IF NOT EXISTS shardmover`,
 	`CREATE TABLE IF NOT EXISTS shardmover.jobs (
 		id bigserial PRIMARY KEY,
 		kind text NOT NULL,
-		state text NOT NULL DEFAULT 'running',
+		state text NOT NULL DEFAULT ` + sqlList(JobRunning) + `,
 		strategy text NOT NULL DEFAULT '',
 		created_at timestamptz NOT NULL DEFAULT now(),
 		started_at timestamptz,
@@ -45,7 +127,7 @@ var journalDDL = []string{
 		shard_tables text[] NOT NULL,
 		source_group integer NOT NULL,
 		target_group integer NOT NULL,
-		phase text NOT NULL DEFAULT 'scheduled',
+		phase text NOT NULL DEFAULT ` + sqlList(PhaseScheduled) + `,
 		bytes_total bigint NOT NULL DEFAULT 0,
 		bytes_copied bigint NOT NULL DEFAULT 0,
 		source_lsn pg_lsn,
@@ -57,9 +139,11 @@ var journalDDL = []string{
 		created_at timestamptz NOT NULL DEFAULT now(),
 		updated_at timestamptz NOT NULL DEFAULT now()
 	)`,
-	// One unfinished move per shard group, enforced by the database.
+	// One unfinished move per shard group, enforced by the database. An
+	// index predicate takes no parameters: the terminal set is spelled out
+	// from TerminalPhases.
 	`CREATE UNIQUE INDEX IF NOT EXISTS moves_one_active_per_group ON shardmover.moves (colocation_id, shard_index)
-		WHERE phase NOT IN ('done', 'failed', 'cancelled')`,
+		WHERE phase NOT IN (` + sqlList(TerminalPhases...) + `)`,
 	`CREATE TABLE IF NOT EXISTS shardmover.move_log (
 		id bigserial PRIMARY KEY,
 		move_id bigint NOT NULL REFERENCES shardmover.moves (id),
@@ -138,9 +222,7 @@ type Move struct {
 func (m Move) Name() string { return fmt.Sprintf("shardmover_%d", m.ID) }
 
 // Terminal reports whether the move has ended.
-func (m Move) Terminal() bool {
-	return m.Phase == "done" || m.Phase == "failed" || m.Phase == "cancelled"
-}
+func (m Move) Terminal() bool { return Phase(m.Phase).Terminal() }
 
 // MoveSpec asks for one move.
 type MoveSpec struct {
@@ -152,13 +234,13 @@ type MoveSpec struct {
 
 // CleanupRecord is a row of shardmover.cleanup.
 type CleanupRecord struct {
-	ID         int64     `json:"id"`
-	MoveID     *int64    `json:"move_id,omitempty"`
-	NodeGroup  int32     `json:"node_group"`
-	ObjectType string    `json:"object_type"` // slot, publication, origin, table, prepared
-	Name       string    `json:"name"`
-	Policy     string    `json:"policy"`
-	CreatedAt  time.Time `json:"created_at"`
+	ID         int64      `json:"id"`
+	MoveID     *int64     `json:"move_id,omitempty"`
+	NodeGroup  int32      `json:"node_group"`
+	ObjectType ObjectKind `json:"object_type"`
+	Name       string     `json:"name"`
+	Policy     string     `json:"policy"`
+	CreatedAt  time.Time  `json:"created_at"`
 }
 
 // InstallJournal creates the journal schema (idempotent).
@@ -226,7 +308,7 @@ func createJobTx(ctx context.Context, tx pgx.Tx, kind, strategy string, epoch in
 	for _, s := range specs {
 		var holder int64
 		err := tx.QueryRow(ctx, `SELECT id FROM shardmover.moves WHERE colocation_id = $1 AND shard_index = $2
-			AND phase NOT IN ('done', 'failed', 'cancelled')`, s.Group.ColocationID, s.Group.Index).Scan(&holder)
+			AND phase <> ALL($3)`, s.Group.ColocationID, s.Group.Index, terminalPhases()).Scan(&holder)
 		if err == nil {
 			job := holderJob(ctx, tx, holder)
 			return Job{}, nil, fmt.Errorf("%w: shard group %s (shards %v) is already being moved by move %d of job %d; let it finish or cancel it with `shardmover jobs cancel %d`",
@@ -282,7 +364,7 @@ func (c *Catalog) Moves(ctx context.Context, f MoveFilter) ([]Move, error) {
 		return nil, err
 	}
 	rows, err := c.pool.Query(ctx, "SELECT "+moveColumns+` FROM shardmover.moves
-		WHERE ($1 = 0 OR job_id = $1) AND (NOT $2 OR phase NOT IN ('done', 'failed', 'cancelled')) ORDER BY id`, f.JobID, f.ActiveOnly)
+		WHERE ($1 = 0 OR job_id = $1) AND (NOT $2 OR phase <> ALL($3)) ORDER BY id`, f.JobID, f.ActiveOnly, terminalPhases())
 	if err != nil {
 		return nil, err
 	}
@@ -347,8 +429,8 @@ func (c *Catalog) SetPhaseLeased(ctx context.Context, lease *Lease, id int64, fr
 
 func setPhaseTx(ctx context.Context, tx pgx.Tx, id int64, from, to, msg, errText string) error {
 	tag, err := tx.Exec(ctx, `UPDATE shardmover.moves SET phase = $3, error = $4, updated_at = now(),
-		attempts = attempts + CASE WHEN $3 = 'preflight' THEN 1 ELSE 0 END
-		WHERE id = $1 AND phase = $2`, id, from, to, errText)
+		attempts = attempts + CASE WHEN $3 = $5::text THEN 1 ELSE 0 END
+		WHERE id = $1 AND phase = $2`, id, from, to, errText, PhasePreflight)
 	if err != nil {
 		return fmt.Errorf("set phase of move %d: %w", id, err)
 	}
@@ -407,13 +489,13 @@ func (c *Catalog) MoveHistory(ctx context.Context, id int64) ([]MoveLog, error) 
 }
 
 // FinishJob sets a job's final state.
-func (c *Catalog) FinishJob(ctx context.Context, id int64, state, errText string) error {
+func (c *Catalog) FinishJob(ctx context.Context, id int64, state JobState, errText string) error {
 	_, err := c.pool.Exec(ctx, "UPDATE shardmover.jobs SET state = $2, error = $3, finished_at = now() WHERE id = $1", id, state, errText)
 	return err
 }
 
 // AddCleanup records an artifact before it is created, so nothing leaks.
-func (c *Catalog) AddCleanup(ctx context.Context, moveID int64, nodeGroup int32, objType, name, policy string) error {
+func (c *Catalog) AddCleanup(ctx context.Context, moveID int64, nodeGroup int32, objType ObjectKind, name, policy string) error {
 	_, err := c.pool.Exec(ctx, `INSERT INTO shardmover.cleanup (move_id, node_group, object_type, name, policy)
 		SELECT $1, $2, $3, $4, $5 WHERE NOT EXISTS (SELECT 1 FROM shardmover.cleanup
 			WHERE move_id = $1 AND node_group = $2 AND object_type = $3 AND name = $4)`, moveID, nodeGroup, objType, name, policy)
@@ -499,7 +581,7 @@ func (c *Catalog) CommitCutover(ctx context.Context, f CutoverFlip) error {
 			f.MoveID).Scan(&phase, &cancel, &epoch); err != nil {
 			return fmt.Errorf("lock move %d: %w", f.MoveID, err)
 		}
-		if phase != "cutover" {
+		if Phase(phase) != PhaseCutover {
 			return fmt.Errorf("%w: move %d is in phase %s, not cutover", ErrPhaseConflict, f.MoveID, phase)
 		}
 		if cancel {
@@ -529,14 +611,14 @@ func (c *Catalog) CommitCutover(ctx context.Context, f CutoverFlip) error {
 		}
 		for _, t := range f.OldTables {
 			if _, err := tx.Exec(ctx, `INSERT INTO shardmover.cleanup (move_id, node_group, object_type, name, policy)
-				VALUES ($1, $2, 'table', $3, $4)`, f.MoveID, f.SourceGroup, t, CleanupDeferred); err != nil {
+				VALUES ($1, $2, $5, $3, $4)`, f.MoveID, f.SourceGroup, t, CleanupDeferred, ObjectTable); err != nil {
 				return err
 			}
 		}
 		if _, err := tx.Exec(ctx, "DELETE FROM shardmover.cleanup WHERE move_id = $1 AND policy = $2", f.MoveID, CleanupOnFailure); err != nil {
 			return err
 		}
-		return setPhaseTx(ctx, tx, f.MoveID, "cutover", "cleanup", "placements flipped", "")
+		return setPhaseTx(ctx, tx, f.MoveID, string(PhaseCutover), string(PhaseCleanup), "placements flipped", "")
 	})
 }
 
@@ -741,8 +823,8 @@ func (c *Catalog) UnfinishedJobs(ctx context.Context, kinds ...string) ([]Job, e
 	}
 	rows, err := c.pool.Query(ctx, "SELECT "+jobColumns+` FROM shardmover.jobs j
 		WHERE kind = ANY($1) AND EXISTS (SELECT 1 FROM shardmover.moves m WHERE m.job_id = j.id
-			AND m.phase NOT IN ('done', 'failed', 'cancelled'))
-		ORDER BY id`, kinds)
+			AND m.phase <> ALL($2))
+		ORDER BY id`, kinds, terminalPhases())
 	if err != nil {
 		return nil, err
 	}
@@ -750,7 +832,7 @@ func (c *Catalog) UnfinishedJobs(ctx context.Context, kinds ...string) ([]Job, e
 }
 
 // SetJobState records a job's state without finishing it.
-func (c *Catalog) SetJobState(ctx context.Context, id int64, state string) error {
+func (c *Catalog) SetJobState(ctx context.Context, id int64, state JobState) error {
 	_, err := c.pool.Exec(ctx, "UPDATE shardmover.jobs SET state = $2 WHERE id = $1", id, state)
 	return err
 }

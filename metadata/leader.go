@@ -216,10 +216,10 @@ func (c *Catalog) AdoptJobs(ctx context.Context, l *Leadership, own bool, kinds 
 		if err := fence(ctx, tx, l); err != nil {
 			return err
 		}
-		rows, err := tx.Query(ctx, `UPDATE shardmover.jobs j SET leader_epoch = $1, state = 'running'
+		rows, err := tx.Query(ctx, `UPDATE shardmover.jobs j SET leader_epoch = $1, state = $4
 			WHERE kind = ANY($2) AND (NOT $3 OR leader_epoch = $1)
-				AND EXISTS (SELECT 1 FROM shardmover.moves m WHERE m.job_id = j.id AND m.phase NOT IN ('done', 'failed', 'cancelled'))
-			RETURNING `+jobColumns, l.Epoch, kinds, own)
+				AND EXISTS (SELECT 1 FROM shardmover.moves m WHERE m.job_id = j.id AND m.phase <> ALL($5))
+			RETURNING `+jobColumns, l.Epoch, kinds, own, JobRunning, terminalPhases())
 		if err != nil {
 			return err
 		}
@@ -230,12 +230,14 @@ func (c *Catalog) AdoptJobs(ctx context.Context, l *Leadership, own bool, kinds 
 			return nil
 		}
 		_, err = tx.Exec(ctx, `UPDATE shardmover.jobs j SET leader_epoch = $1, finished_at = coalesce(finished_at, now()),
-			state = CASE WHEN s.failed > 0 THEN 'failed' WHEN s.cancelled > 0 AND s.done = 0 THEN 'cancelled' ELSE 'done' END
-			FROM (SELECT job_id, count(*) FILTER (WHERE phase = 'failed') AS failed,
-					count(*) FILTER (WHERE phase = 'cancelled') AS cancelled, count(*) FILTER (WHERE phase = 'done') AS done
+			state = CASE WHEN s.failed > 0 THEN $3::text WHEN s.cancelled > 0 AND s.done = 0 THEN $4::text ELSE $5::text END
+			FROM (SELECT job_id, count(*) FILTER (WHERE phase = $6) AS failed,
+					count(*) FILTER (WHERE phase = $7) AS cancelled, count(*) FILTER (WHERE phase = $8) AS done
 				FROM shardmover.moves GROUP BY job_id
-				HAVING count(*) FILTER (WHERE phase NOT IN ('done', 'failed', 'cancelled')) = 0) s
-			WHERE s.job_id = j.id AND j.kind = ANY($2) AND j.state IN ('running', 'paused')`, l.Epoch, kinds)
+				HAVING count(*) FILTER (WHERE phase <> ALL($9)) = 0) s
+			WHERE s.job_id = j.id AND j.kind = ANY($2) AND j.state = ANY($10)`, l.Epoch, kinds,
+			JobFailed, JobCancelled, JobDone, PhaseFailed, PhaseCancelled, PhaseDone, terminalPhases(),
+			[]string{string(JobRunning), string(JobPaused)})
 		return err
 	})
 	if err != nil {
@@ -309,7 +311,7 @@ func (c *Catalog) VerifyLeadership(ctx context.Context, l *Leadership) error {
 // refused with ErrNotLeader unless l is still current and still owns the
 // job, so a leader that lost its term cannot overwrite the state the new
 // one records.
-func (c *Catalog) FinishLeaderJob(ctx context.Context, l *Leadership, id int64, state, errText string) error {
+func (c *Catalog) FinishLeaderJob(ctx context.Context, l *Leadership, id int64, state JobState, errText string) error {
 	return c.tx(ctx, func(tx pgx.Tx) error {
 		if err := fence(ctx, tx, l); err != nil {
 			return err

@@ -304,7 +304,7 @@ func (c *Catalog) scanNodes(ctx context.Context, st catalogState) (map[int64]map
 	}
 	kept := map[string]CleanupRecord{} // group \x00 qualified name
 	for _, r := range st.cleanups {
-		if r.Policy == CleanupDeferred && r.ObjectType == "table" {
+		if r.Policy == CleanupDeferred && r.ObjectType == ObjectTable {
 			kept[strconv.Itoa(int(r.NodeGroup))+"\x00"+normalizeQualified(r.Name)] = r
 		}
 	}

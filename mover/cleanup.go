@@ -232,7 +232,8 @@ func (r *run) dropArtifacts(ctx context.Context, m metadata.Move, policies ...st
 	}
 	// Slots before publications (a walsender may hold the slot), prepared
 	// transactions before tables (they lock them).
-	order := map[string]int{"prepared": 0, "slot": 1, "publication": 2, "origin": 3, "table": 4}
+	order := map[metadata.ObjectKind]int{metadata.ObjectPrepared: 0, metadata.ObjectSlot: 1, metadata.ObjectPublication: 2,
+		metadata.ObjectOrigin: 3, metadata.ObjectTable: 4}
 	for pass := 0; pass <= 4; pass++ {
 		for _, rec := range recs {
 			if !want[rec.Policy] || order[rec.ObjectType] != pass {
@@ -261,13 +262,13 @@ func (e *Engine) dropOne(ctx context.Context, n metadata.Node, rec metadata.Clea
 	}
 	defer conn.Close(ctx)
 	switch rec.ObjectType {
-	case "slot":
+	case metadata.ObjectSlot:
 		err = replication.DropSlot(ctx, conn, rec.Name)
-	case "publication":
+	case metadata.ObjectPublication:
 		err = replication.DropPublication(ctx, conn, rec.Name)
-	case "origin":
+	case metadata.ObjectOrigin:
 		err = replication.DropOrigin(ctx, conn, rec.Name)
-	case "prepared":
+	case metadata.ObjectPrepared:
 		// The fences of the move (any epoch), settled by the recovery rule.
 		id, _, ok := parseFenceGID(rec.Name)
 		if !ok {
@@ -277,7 +278,7 @@ func (e *Engine) dropOne(ctx context.Context, n metadata.Node, rec metadata.Clea
 		if st, err = e.cat.SettleDecision(ctx, id); err == nil {
 			_, err = settleFences(ctx, conn, id, st)
 		}
-	case "table":
+	case metadata.ObjectTable:
 		var id pgx.Identifier
 		if id, err = metadata.ParseQualifiedName(rec.Name); err == nil {
 			_, err = pgsql.ExecOne(ctx, conn, "DROP TABLE IF EXISTS "+id.Sanitize())
@@ -288,6 +289,6 @@ func (e *Engine) dropOne(ctx context.Context, n metadata.Node, rec metadata.Clea
 	if err != nil {
 		return fmt.Errorf("drop %s %s on %s: %w", rec.ObjectType, rec.Name, n.Addr(), err)
 	}
-	e.log.Info("dropped", zap.String("object", rec.ObjectType), zap.String("name", rec.Name), zap.String("node", n.Addr()))
+	e.log.Info("dropped", zap.String("object", string(rec.ObjectType)), zap.String("name", rec.Name), zap.String("node", n.Addr()))
 	return nil
 }

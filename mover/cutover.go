@@ -17,6 +17,25 @@ import (
 	"github.com/shardmover/shardmover/metadata"
 )
 
+// CutoverStepName names a point inside a cutover where Config.CutoverStep
+// runs (the hook receives the name as a string).
+type CutoverStepName string
+
+// The cutover's named points, in order (docs/design.md 5.1).
+const (
+	// CutoverLocked: writes on the source are paused and its WAL flushed.
+	CutoverLocked CutoverStepName = "locked"
+	// CutoverCaughtUp: the applier has durably applied up to the pause's LSN.
+	CutoverCaughtUp CutoverStepName = "caught_up"
+	// CutoverPrepared: the fence on the source is prepared.
+	CutoverPrepared CutoverStepName = "prepared"
+	// CutoverDecided: the decision (the placement flip) committed.
+	CutoverDecided CutoverStepName = "decided"
+)
+
+// atCutoverStep runs Config.CutoverStep at the named point.
+func (r *run) atCutoverStep(name CutoverStepName) error { return r.cutoverHook(string(name)) }
+
 // errPauseExceeded means the cutover rolled back to keep the write pause
 // within its bound.
 var errPauseExceeded = errors.New("write pause bound reached")
@@ -90,7 +109,7 @@ func (r *run) tryCutover(ctx context.Context, m metadata.Move, c cutoverConns) e
 	for i, t := range tables {
 		names[i] = t.Sanitize()
 	}
-	if err := r.e.cat.AddCleanup(ctx, m.ID, m.SourceGroup, "prepared", m.Name(), metadata.CleanupAlways); err != nil {
+	if err := r.e.cat.AddCleanup(ctx, m.ID, m.SourceGroup, metadata.ObjectPrepared, m.Name(), metadata.CleanupAlways); err != nil {
 		return err
 	}
 	budget := r.e.cfg.MaxWritePause
@@ -131,7 +150,7 @@ func (r *run) tryCutover(ctx context.Context, m metadata.Move, c cutoverConns) e
 	if err := flushWAL(preCtx, c.flush); err != nil {
 		return fmt.Errorf("flush the source's WAL: %w", err)
 	}
-	if err := r.cutoverHook("locked"); err != nil {
+	if err := r.atCutoverStep(CutoverLocked); err != nil {
 		return err
 	}
 	// Wait for the applier to have durably applied everything up to lsn,
@@ -148,7 +167,7 @@ func (r *run) tryCutover(ctx context.Context, m metadata.Move, c cutoverConns) e
 		}
 		return err
 	}
-	if err := r.cutoverHook("caught_up"); err != nil {
+	if err := r.atCutoverStep(CutoverCaughtUp); err != nil {
 		return err
 	}
 	// From here on a stop request (SIGTERM) must not cut the cutover in
@@ -187,7 +206,7 @@ func (r *run) tryCutover(ctx context.Context, m metadata.Move, c cutoverConns) e
 		_, _ = settlePrepared(fenceCtx, src, gid, false)
 		return fmt.Errorf("prepare fence on %s: %w", r.source.Addr(), err)
 	}
-	if err := r.cutoverHook("prepared"); err != nil {
+	if err := r.atCutoverStep(CutoverPrepared); err != nil {
 		return err
 	}
 	// The decision: placements and journal in one coordinator transaction,
@@ -218,7 +237,7 @@ func (r *run) tryCutover(ctx context.Context, m metadata.Move, c cutoverConns) e
 			r.log.Error("finishing identity columns on the target failed after the decision; the cleanup phase finishes them", zap.Error(err))
 		}
 	} else {
-		if err := r.cutoverHook("decided"); err != nil {
+		if err := r.atCutoverStep(CutoverDecided); err != nil {
 			return err
 		}
 		if err := dtx.Commit(context.WithoutCancel(ctx)); err != nil {

@@ -153,12 +153,12 @@ func (e *Engine) RunJobAs(ctx context.Context, jobID int64, lim Limits, term *me
 	}
 	var res JobResult
 	for _, m := range final {
-		switch m.Phase {
-		case Done.String():
+		switch metadata.Phase(m.Phase) {
+		case metadata.PhaseDone:
 			res.Done++
-		case Failed.String():
+		case metadata.PhaseFailed:
 			res.Failed++
-		case Cancelled.String():
+		case metadata.PhaseCancelled:
 			res.Cancelled++
 		default:
 			res.Unfinished++
@@ -169,11 +169,11 @@ func (e *Engine) RunJobAs(ctx context.Context, jobID int64, lim Limits, term *me
 		errText = err.Error()
 	}
 	if term != nil {
-		if err := e.cat.FinishLeaderJob(context.WithoutCancel(ctx), term, jobID, JobState(res), errText); err != nil {
+		if err := e.cat.FinishLeaderJob(context.WithoutCancel(ctx), term, jobID, jobState(res), errText); err != nil {
 			e.log.Warn("job state not recorded: this daemon no longer leads", zap.Int64("job_id", jobID), zap.Error(err))
 		}
 	} else {
-		_ = e.cat.FinishJob(context.WithoutCancel(ctx), jobID, JobState(res), errText)
+		_ = e.cat.FinishJob(context.WithoutCancel(ctx), jobID, jobState(res), errText)
 	}
 	if ctx.Err() != nil {
 		return res, ctx.Err()
@@ -195,14 +195,20 @@ func (e *Engine) RunJobAs(ctx context.Context, jobID int64, lim Limits, term *me
 // one) stopped it; the moves that were done stay done, and the counts of
 // each end are in the job's moves. "done" always means the whole plan
 // happened, so nobody needs to read the moves to trust it.
-func JobState(r JobResult) string {
+//
+// The states are metadata's JobState constants; JobState returns the
+// journal's string (what jobs.state and the CLI show).
+func JobState(r JobResult) string { return string(jobState(r)) }
+
+// jobState is JobState, typed.
+func jobState(r JobResult) metadata.JobState {
 	switch {
 	case r.Unfinished > 0:
-		return "paused"
+		return metadata.JobPaused
 	case r.Failed > 0:
-		return "failed"
+		return metadata.JobFailed
 	case r.Cancelled > 0:
-		return "cancelled"
+		return metadata.JobCancelled
 	}
-	return "done"
+	return metadata.JobDone
 }

@@ -1,6 +1,10 @@
 package mover
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/shardmover/shardmover/metadata"
+)
 
 // Phase is where a move stands. Its string form is what the journal stores.
 type Phase int
@@ -40,39 +44,48 @@ const (
 	Cancelled
 )
 
-var phaseNames = [...]string{
-	Scheduled:  "scheduled",
-	Preflight:  "preflight",
-	Setup:      "setup",
-	Copying:    "copying",
-	Indexing:   "indexing",
-	CatchingUp: "catching_up",
-	Cutover:    "cutover",
-	Cleanup:    "cleanup",
-	Done:       "done",
-	Failed:     "failed",
-	Cancelled:  "cancelled",
+// phaseNames maps each phase to its journal form, defined once in metadata.
+var phaseNames = [...]metadata.Phase{
+	Scheduled:  metadata.PhaseScheduled,
+	Preflight:  metadata.PhasePreflight,
+	Setup:      metadata.PhaseSetup,
+	Copying:    metadata.PhaseCopying,
+	Indexing:   metadata.PhaseIndexing,
+	CatchingUp: metadata.PhaseCatchingUp,
+	Cutover:    metadata.PhaseCutover,
+	Cleanup:    metadata.PhaseCleanup,
+	Done:       metadata.PhaseDone,
+	Failed:     metadata.PhaseFailed,
+	Cancelled:  metadata.PhaseCancelled,
 }
 
 func (p Phase) String() string {
 	if p > 0 && int(p) < len(phaseNames) {
-		return phaseNames[p]
+		return string(phaseNames[p])
 	}
 	return fmt.Sprintf("Phase(%d)", int(p))
+}
+
+// Journal is the phase as the journal stores it ("" for an unknown phase).
+func (p Phase) Journal() metadata.Phase {
+	if p > 0 && int(p) < len(phaseNames) {
+		return phaseNames[p]
+	}
+	return ""
 }
 
 // ParsePhase reads a journal phase.
 func ParsePhase(s string) (Phase, error) {
 	for p, name := range phaseNames {
-		if name == s && p > 0 {
+		if string(name) == s && p > 0 {
 			return Phase(p), nil
 		}
 	}
 	return 0, fmt.Errorf("unknown move phase %q", s)
 }
 
-// Terminal reports whether the move has ended.
-func (p Phase) Terminal() bool { return p == Done || p == Failed || p == Cancelled }
+// Terminal reports whether the move has ended (metadata.TerminalPhases).
+func (p Phase) Terminal() bool { return p.Journal().Terminal() }
 
 // BeforeDecision reports whether a move in this phase can still be rolled
 // back leaving the source as it was.

@@ -23,7 +23,9 @@ type SweepOptions struct {
 
 // SweepItem is one artifact Sweep dropped (or would drop, or kept).
 type SweepItem struct {
-	Node   string `json:"node"`
+	Node string `json:"node"`
+	// Object is a metadata.ObjectKind, or "node" for a node that could not
+	// be searched.
 	Object string `json:"object"`
 	Name   string `json:"name"`
 	Why    string `json:"why"`
@@ -70,8 +72,8 @@ func (e *Engine) Sweep(ctx context.Context, opts SweepOptions) (SweepReport, err
 	}
 	for _, rec := range recs {
 		n, ok := nodes[rec.NodeGroup]
-		item := SweepItem{Object: rec.ObjectType, Name: rec.Name}
-		if rec.ObjectType == "table" {
+		item := SweepItem{Object: string(rec.ObjectType), Name: rec.Name}
+		if rec.ObjectType == metadata.ObjectTable {
 			item.Name = metadata.DisplayQualifiedName(rec.Name)
 		}
 		if ok {
@@ -98,7 +100,7 @@ func (e *Engine) Sweep(ctx context.Context, opts SweepOptions) (SweepReport, err
 				if errors.Is(err, metadata.ErrUnreachable) {
 					item.Why = "its node is unreachable; run cleanup again when it is back"
 					rep.Kept = append(rep.Kept, item)
-					e.log.Warn("node unreachable; cleanup keeps its record", zap.String("node", n.Addr()), zap.String("object", rec.ObjectType), zap.String("name", rec.Name))
+					e.log.Warn("node unreachable; cleanup keeps its record", zap.String("node", n.Addr()), zap.String("object", string(rec.ObjectType)), zap.String("name", rec.Name))
 					continue
 				}
 				return rep, err
@@ -130,7 +132,7 @@ func (e *Engine) Sweep(ctx context.Context, opts SweepOptions) (SweepReport, err
 		}
 		for _, it := range items {
 			if !opts.DryRun {
-				rec := metadata.CleanupRecord{ObjectType: it.Object, Name: it.Name, NodeGroup: g}
+				rec := metadata.CleanupRecord{ObjectType: metadata.ObjectKind(it.Object), Name: it.Name, NodeGroup: g}
 				if err := e.dropOne(ctx, n, rec); err != nil {
 					return rep, err
 				}
@@ -150,10 +152,10 @@ func (e *Engine) orphans(ctx context.Context, n metadata.Node, live func(int64) 
 	}
 	defer conn.Close(ctx)
 	rows, err := conn.Query(ctx, `
-		SELECT 'slot', slot_name::text FROM pg_replication_slots WHERE slot_name LIKE 'shardmover\_%' AND database = current_database()
-		UNION ALL SELECT 'publication', pubname::text FROM pg_publication WHERE pubname LIKE 'shardmover\_%'
-		UNION ALL SELECT 'origin', roname FROM pg_replication_origin WHERE roname LIKE 'shardmover\_%'
-		ORDER BY 1, 2`)
+		SELECT $1::text, slot_name::text FROM pg_replication_slots WHERE slot_name LIKE 'shardmover\_%' AND database = current_database()
+		UNION ALL SELECT $2::text, pubname::text FROM pg_publication WHERE pubname LIKE 'shardmover\_%'
+		UNION ALL SELECT $3::text, roname FROM pg_replication_origin WHERE roname LIKE 'shardmover\_%'
+		ORDER BY 1, 2`, metadata.ObjectSlot, metadata.ObjectPublication, metadata.ObjectOrigin)
 	if err != nil {
 		return nil, err
 	}
@@ -194,7 +196,7 @@ func (e *Engine) Cancel(ctx context.Context, id int64) (metadata.Move, error) {
 	if merr != nil {
 		return m, merr
 	}
-	if m.Phase == Cancelled.String() || m.Phase == Done.String() {
+	if p := metadata.Phase(m.Phase); p == metadata.PhaseCancelled || p == metadata.PhaseDone {
 		return m, nil
 	}
 	return m, err

@@ -150,7 +150,7 @@ func jobAction(cmd *cobra.Command, g *globals, arg string, fn func(context.Conte
 		switch {
 		case m.Held && cmd.Name() == "resume":
 			// The error names it.
-		case m.PastDecision && cmd.Name() == "cancel" && m.Phase == mover.Done.String():
+		case m.PastDecision && cmd.Name() == "cancel" && m.Phase == string(metadata.PhaseDone):
 			fmt.Fprintf(w, "move %d: done (past its decision: it completed instead)\n", m.ID)
 		case m.PastDecision && cmd.Name() == "cancel" && !m.Terminal():
 			fmt.Fprintf(w, "move %d: past its decision: resume the job to finish it\n", m.ID)
@@ -170,9 +170,9 @@ func movesSummary(moves []metadata.Move) string {
 		counts[m.Phase]++
 	}
 	s := fmt.Sprintf("%d", len(moves))
-	for _, p := range []string{"done", "failed", "cancelled"} {
-		if counts[p] > 0 {
-			s += fmt.Sprintf(" %s:%d", p, counts[p])
+	for _, p := range metadata.TerminalPhases {
+		if counts[string(p)] > 0 {
+			s += fmt.Sprintf(" %s:%d", p, counts[string(p)])
 		}
 	}
 	return s
