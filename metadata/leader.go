@@ -230,7 +230,9 @@ func (c *Catalog) AdoptJobs(ctx context.Context, l *Leadership, own bool, kinds 
 			return nil
 		}
 		_, err = tx.Exec(ctx, `UPDATE shardmover.jobs j SET leader_epoch = $1, finished_at = coalesce(finished_at, now()),
-			state = CASE WHEN s.failed > 0 THEN $3::text WHEN s.cancelled > 0 AND s.done = 0 THEN $4::text ELSE $5::text END
+			state = CASE WHEN s.failed > 0 THEN $3::text WHEN s.cancelled > 0 THEN $4::text ELSE $5::text END
+			-- The job-state rule of mover.JobState: failed, else cancelled if
+			-- any move was cancelled, else done.
 			FROM (SELECT job_id, count(*) FILTER (WHERE phase = $6) AS failed,
 					count(*) FILTER (WHERE phase = $7) AS cancelled, count(*) FILTER (WHERE phase = $8) AS done
 				FROM shardmover.moves GROUP BY job_id
