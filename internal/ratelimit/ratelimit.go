@@ -1,6 +1,3 @@
-// Package ratelimit paces byte streams so that, together, they stay under a
-// rate. One Limiter may be shared by any number of goroutines: the rate is
-// theirs in total, so a lone writer gets all of it and two writers share it.
 package ratelimit
 
 import (
