@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"net"
 	"strconv"
 	"testing"
 
@@ -65,7 +66,19 @@ func TestParseVerifyThrottle(t *testing.T) {
 func TestVerifyAfterMove(t *testing.T) {
 	c, coord, _ := loadedCluster(t, 3, 2, 2)
 	ctx := context.Background()
-	target := c.Workers()[2]
+	// The target is any worker that does not hold shard 102008 yet.
+	pc, err := pgx.Connect(ctx, coord)
+	require.NoError(t, err)
+	var holderPort int
+	require.NoError(t, pc.QueryRow(ctx, `SELECT n.nodeport FROM shardmover_catalog.pg_dist_placement p
+		JOIN shardmover_catalog.pg_dist_node n ON n.groupid = p.groupid WHERE p.shardid = 102008`).Scan(&holderPort))
+	pc.Close(ctx)
+	target := c.Workers()[0]
+	for _, w := range c.Workers() {
+		if w.Port != holderPort {
+			target = w
+		}
+	}
 
 	out, msg, code := run(t, "verify", "--coordinator", coord)
 	require.Equal(t, 0, code, "%s\n%s", msg, out)
@@ -144,6 +157,11 @@ func TestVerifyAfterMove(t *testing.T) {
 	require.NoError(t, err)
 	out, msg, code = run(t, "verify", "--all", "--coordinator", coord)
 	require.Equal(t, 1, code, "%s\n%s", msg, out)
-	assert.Contains(t, out, "FAIL orphan: public.github_users_102008_moved_1 on "+c.Workers()[0].Addr())
+	// The fenced copy is on the move's source, wherever placement put it.
+	var srcHost string
+	var srcPort int
+	require.NoError(t, cc.QueryRow(ctx, `SELECT n.nodename, n.nodeport FROM shardmover.moves m
+		JOIN shardmover_catalog.pg_dist_node n ON n.groupid = m.source_group WHERE m.id = 1`).Scan(&srcHost, &srcPort))
+	assert.Contains(t, out, "FAIL orphan: public.github_users_102008_moved_1 on "+net.JoinHostPort(srcHost, strconv.Itoa(srcPort)))
 	assert.Contains(t, out, "move 1 is done and no deferred cleanup record names it")
 }
