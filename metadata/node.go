@@ -135,3 +135,45 @@ func (c *Catalog) SetShouldHaveShards(ctx context.Context, nodeID int32, v bool)
 		return nil
 	})
 }
+
+// HostPort names a server by its address.
+type HostPort struct {
+	Host string
+	Port int
+}
+
+// JoinCitusCluster makes the servers one Citus cluster through conn, a
+// session on the coordinator that already has the citus extension: the
+// coordinator is registered as group 0 (citus_set_coordinator_host) and
+// every worker not yet in Citus's node catalog is added (citus_add_node,
+// which syncs metadata to it). It is idempotent, and returns the workers it
+// added. Only test clusters (internal/sandbox) use it; operators add nodes
+// to a real Citus cluster with Citus's own functions.
+func JoinCitusCluster(ctx context.Context, conn *pgx.Conn, coordinator HostPort, workers []HostPort) ([]HostPort, error) {
+	var registered bool
+	if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_dist_node WHERE groupid = 0 AND nodename = $1 AND nodeport = $2)`,
+		coordinator.Host, coordinator.Port).Scan(&registered); err != nil {
+		return nil, fmt.Errorf("read Citus's nodes on the coordinator: %w", err)
+	}
+	if !registered {
+		if _, err := conn.Exec(ctx, "SELECT citus_set_coordinator_host($1, $2)", coordinator.Host, coordinator.Port); err != nil {
+			return nil, fmt.Errorf("citus_set_coordinator_host(%s:%d): %w", coordinator.Host, coordinator.Port, err)
+		}
+	}
+	var added []HostPort
+	for _, w := range workers {
+		var known bool
+		if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_dist_node WHERE nodename = $1 AND nodeport = $2)`,
+			w.Host, w.Port).Scan(&known); err != nil {
+			return added, fmt.Errorf("read Citus's nodes on the coordinator: %w", err)
+		}
+		if known {
+			continue
+		}
+		if _, err := conn.Exec(ctx, "SELECT citus_add_node($1, $2)", w.Host, w.Port); err != nil {
+			return added, fmt.Errorf("citus_add_node(%s:%d): %w", w.Host, w.Port, err)
+		}
+		added = append(added, w)
+	}
+	return added, nil
+}

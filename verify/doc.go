@@ -2,7 +2,7 @@
 // and the nodes (metadata.VerifyCatalog), and the data of a shard against
 // another copy of it. It reads only; it never changes a catalog, a journal
 // row or a table. It uses metadata for the catalogs, the journal and node
-// connections, and touches no pg_dist_* table itself.
+// connections, and touches no catalog table itself.
 //
 // Contract:
 //

@@ -4,12 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"go.uber.org/zap"
+
+	"github.com/shardmover/shardmover/metadata"
 )
 
 // ErrNoCitus is returned (wrapped) when a Citus sandbox is asked for and the
@@ -65,7 +69,7 @@ func CitusAvailable(binDir string) error {
 
 // setupCitus makes the running nodes one Citus cluster: the extension on
 // every node, the coordinator registered as group 0, every worker not yet in
-// pg_dist_node added with citus_add_node. It is idempotent.
+// Citus's node catalog added with citus_add_node. It is idempotent.
 func (c *Cluster) setupCitus(ctx context.Context) error {
 	c.mu.Lock()
 	nodes := append([]Node(nil), c.Nodes...)
@@ -81,31 +85,16 @@ func (c *Cluster) setupCitus(ctx context.Context) error {
 		return fmt.Errorf("connect to the coordinator %s: %w", coord.Addr(), err)
 	}
 	defer conn.Close(ctx)
-	var registered bool
-	err = conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_dist_node WHERE groupid = 0 AND nodename = $1 AND nodeport = $2)`,
-		coord.Host, coord.Port).Scan(&registered)
-	if err != nil {
-		return fmt.Errorf("read pg_dist_node on the coordinator: %w", err)
-	}
-	if !registered {
-		if _, err := conn.Exec(ctx, "SELECT citus_set_coordinator_host($1, $2)", coord.Host, coord.Port); err != nil {
-			return fmt.Errorf("citus_set_coordinator_host(%s): %w", coord.Addr(), err)
-		}
-	}
+	var workers []metadata.HostPort
 	for _, n := range nodes[1:] {
-		var known bool
-		err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_dist_node WHERE nodename = $1 AND nodeport = $2)`,
-			n.Host, n.Port).Scan(&known)
-		if err != nil {
-			return fmt.Errorf("read pg_dist_node on the coordinator: %w", err)
-		}
-		if known {
-			continue
-		}
-		if _, err := conn.Exec(ctx, "SELECT citus_add_node($1, $2)", n.Host, n.Port); err != nil {
-			return fmt.Errorf("citus_add_node(%s): %w", n.Addr(), err)
-		}
-		c.log.Info("added worker to the Citus cluster", zap.String("node", n.Name), zap.String("addr", n.Addr()))
+		workers = append(workers, metadata.HostPort{Host: n.Host, Port: n.Port})
+	}
+	added, err := metadata.JoinCitusCluster(ctx, conn, metadata.HostPort{Host: coord.Host, Port: coord.Port}, workers)
+	for _, w := range added {
+		c.log.Info("added worker to the Citus cluster", zap.String("addr", net.JoinHostPort(w.Host, strconv.Itoa(w.Port))))
+	}
+	if err != nil {
+		return err
 	}
 	return nil
 }

@@ -10,7 +10,7 @@ import (
 // Register installs the compat catalogs on the coordinator and registers
 // every worker that is not yet a node (add-node and up both call it). On a
 // Citus sandbox it installs shardmover's journal and adds every worker that
-// is not yet in pg_dist_node with citus_add_node.
+// is not yet in Citus's node catalog with citus_add_node.
 func (c *Cluster) Register(ctx context.Context, cat *metadata.Catalog) error {
 	if err := cat.Install(ctx); err != nil {
 		return err

@@ -49,7 +49,7 @@
 //     compat it reads every shard at the placement fresh metadata names. On
 //     Citus it reads through the coordinator (Citus routes to the current
 //     placements) and compares that with the ledger; it also reads every
-//     shard at the placement Citus's pg_dist_placement names, and each row
+//     shard at the placement Citus's placement catalog names, and each row
 //     carries Citus's get_shard_id_for_distribution_column: a row Citus
 //     returns that is not at its placement (or differs there), one at a
 //     placement that Citus does not return, or one whose Citus shard is not

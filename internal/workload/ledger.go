@@ -138,7 +138,7 @@ type seen struct {
 // names it. On Citus it reads through Citus (one query on github_events
 // through the coordinator, which routes to the current placements), and
 // compares that with the ledger; it then also reads every shard on the node
-// Citus's metadata (pg_dist_placement) names and reports, as misplaced, a
+// Citus's metadata (its placement catalog) names and reports, as misplaced, a
 // row Citus returns that is not there or differs there, or one that is
 // there and Citus does not return. On both flavors a row in a shard whose
 // hash range does not hold it is misplaced.

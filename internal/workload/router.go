@@ -133,7 +133,7 @@ func (r *Router) Entry(c int) (metadata.Node, error) {
 		}
 	}
 	if !found {
-		return metadata.Node{}, fmt.Errorf("pg_dist_node has no active coordinator (group 0)")
+		return metadata.Node{}, fmt.Errorf("the node catalog has no active coordinator (group 0)")
 	}
 	if c < 0 || c%2 == 0 || len(workers) == 0 {
 		return coord, nil
