@@ -370,41 +370,12 @@ func TestNodeFaultWorkers(t *testing.T) {
 	// the move catches up: the stream restarts and the move finishes. The
 	// workload is not touched, so it may see no error at all.
 	t.Run("replication connection terminated while catching up", func(t *testing.T) {
-		bg := startPaced(c, 3, 300, 5)
 		shard, sourceGroup := groupShard(t, c, 2)
 		source := sbNode(t, c, sourceGroup)
-		cfg := testConfig(t)
-		var f catchingUpFault
-		var terminated atomic.Int64
-		f.install(t, c, &cfg, source, func(id int64) {
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			conn, err := connect(ctx, source)
-			if err != nil {
-				t.Errorf("connect to the source: %v", err)
-				return
-			}
-			defer conn.Close(ctx)
-			var n int64
-			err = conn.QueryRow(ctx, `SELECT count(*) FILTER (WHERE pg_terminate_backend(active_pid, 5000))
-				FROM pg_replication_slots WHERE slot_name LIKE 'shardmover%' AND active_pid IS NOT NULL`).Scan(&n)
-			if err != nil {
-				t.Errorf("terminate the walsender: %v", err)
-			}
-			terminated.Store(n)
-		})
-		eng := mover.New(cfg, c.cat)
-		m := scheduleMove(t, eng, shard, target)
-		ctx, cancel := context.WithTimeout(context.Background(), nodeFaultTimeout)
-		defer cancel()
-		err := eng.Run(ctx, m.ID)
-		f.check(t)
-		assert.Equal(t, int64(1), terminated.Load(), "one walsender (the move's) must have been terminated")
-		require.NoError(t, err, "the stream must restart and the move finish")
-		assertDone(t, c, m.ID)
-		assertNoLivelock(t, c, m.ID)
+		terminateDuringCatchUp(t, c, target, shard, source, source, 5, "the walsender",
+			`SELECT count(*) FILTER (WHERE pg_terminate_backend(active_pid, 5000))
+				FROM pg_replication_slots WHERE slot_name LIKE 'shardmover%' AND active_pid IS NOT NULL`, false)
 		assert.Zero(t, slotsOn(t, source))
-		settleVerify(t, c, bg.stop(t))
 	})
 
 	// 6. The session holding the move's lease (advisory lock class 0x534d,
@@ -412,43 +383,14 @@ func TestNodeFaultWorkers(t *testing.T) {
 	// catches up: the mover notices, takes its lease again, and finishes
 	// without spinning.
 	t.Run("lease connection terminated while catching up", func(t *testing.T) {
-		bg := startPaced(c, 3, 300, 6)
 		shard, sourceGroup := groupShard(t, c, 3)
 		source := sbNode(t, c, sourceGroup)
-		cfg := testConfig(t)
-		var f catchingUpFault
-		var terminated atomic.Int64
-		f.install(t, c, &cfg, source, func(id int64) {
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			conn, err := connect(ctx, c.sb.Coordinator())
-			if err != nil {
-				t.Errorf("connect to the coordinator: %v", err)
-				return
-			}
-			defer conn.Close(ctx)
-			var n int64
-			err = conn.QueryRow(ctx, `SELECT count(*) FILTER (WHERE pg_terminate_backend(pid, 5000)) FROM pg_locks
-				WHERE locktype = 'advisory' AND granted AND classid = 21325 AND objid = $1 AND objsubid = 2`, uint32(id)).Scan(&n)
-			if err != nil {
-				t.Errorf("terminate the lease session: %v", err)
-			}
-			terminated.Store(n)
-		})
-		eng := mover.New(cfg, c.cat)
-		m := scheduleMove(t, eng, shard, target)
-		ctx, cancel := context.WithTimeout(context.Background(), nodeFaultTimeout)
-		defer cancel()
-		err := eng.Run(ctx, m.ID)
-		f.check(t)
-		assert.Equal(t, int64(1), terminated.Load(), "the lease's session must have been terminated")
-		require.NoError(t, err, "the mover must take its lease again and finish")
-		assertDone(t, c, m.ID)
-		assertNoLivelock(t, c, m.ID)
+		m := terminateDuringCatchUp(t, c, target, shard, source, c.sb.Coordinator(), 6, "the lease's session",
+			`SELECT count(*) FILTER (WHERE pg_terminate_backend(pid, 5000)) FROM pg_locks
+				WHERE locktype = 'advisory' AND granted AND classid = 21325 AND objid = $1 AND objsubid = 2`, true)
 		// The lease is released at the end: nobody holds the move's lock.
 		assert.Zero(t, queryInt(t, c.sb.Coordinator(), `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'
 			AND classid = 21325 AND objid = $1 AND objsubid = 2`, uint32(m.ID)))
-		settleVerify(t, c, bg.stop(t))
 	})
 
 	// 7. A worker that is neither source nor target is down: Recover and
@@ -736,4 +678,49 @@ func restartDuringCatchUp(t *testing.T, c *cluster, target metadata.Node, shard 
 	assertNoLivelock(t, c, m.ID)
 	assert.Zero(t, slotsOn(t, source), "no shardmover slot may be left on the source")
 	settleVerify(t, c, bg.stop(t), restartErrors...)
+}
+
+// terminateDuringCatchUp moves the group of shard to target under a paced
+// workload and, while the move catches up, runs terminate on node on (a
+// count of the sessions it ended; given the move id as $1 when withID).
+// Exactly one session must be ended, and the move must take what it lost
+// again and finish, with no livelock and the ledger intact.
+func terminateDuringCatchUp(t *testing.T, c *cluster, target metadata.Node, shard int64, source, on sandbox.Node, run uint8,
+	what, terminate string, withID bool) metadata.Move {
+	t.Helper()
+	bg := startPaced(c, 3, 300, run)
+	cfg := testConfig(t)
+	var f catchingUpFault
+	var terminated atomic.Int64
+	f.install(t, c, &cfg, source, func(id int64) {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		conn, err := connect(ctx, on)
+		if err != nil {
+			t.Errorf("connect to %s: %v", on.Addr(), err)
+			return
+		}
+		defer conn.Close(ctx)
+		var args []any
+		if withID {
+			args = append(args, uint32(id))
+		}
+		var n int64
+		if err := conn.QueryRow(ctx, terminate, args...).Scan(&n); err != nil {
+			t.Errorf("terminate %s: %v", what, err)
+		}
+		terminated.Store(n)
+	})
+	eng := mover.New(cfg, c.cat)
+	m := scheduleMove(t, eng, shard, target)
+	ctx, cancel := context.WithTimeout(context.Background(), nodeFaultTimeout)
+	defer cancel()
+	err := eng.Run(ctx, m.ID)
+	f.check(t)
+	assert.Equal(t, int64(1), terminated.Load(), "exactly one session (%s) must have been terminated", what)
+	require.NoError(t, err, "the move must recover from losing %s and finish", what)
+	assertDone(t, c, m.ID)
+	assertNoLivelock(t, c, m.ID)
+	settleVerify(t, c, bg.stop(t))
+	return m
 }
