@@ -57,6 +57,9 @@ func (r *run) cleanup(ctx context.Context, m metadata.Move) error {
 // is set to the furthest of the source's position and the values the
 // target already holds, never back.
 func (r *run) finishIdentity(ctx context.Context, m metadata.Move) error {
+	if r.targetFinished {
+		return nil
+	}
 	src, dst, err := r.connectBoth(ctx)
 	if err != nil {
 		return err

@@ -233,16 +233,12 @@ func (r *run) tryCutover(ctx context.Context, m metadata.Move, c cutoverConns) e
 		}
 		// Committed after all; settle committed the fence.
 		r.log.Info("cutover decision committed after all")
-		if err := dtx.Commit(context.WithoutCancel(ctx)); err != nil {
-			r.log.Error("finishing identity columns on the target failed after the decision; the cleanup phase finishes them", zap.Error(err))
-		}
+		r.finishTarget(ctx, dtx)
 	} else {
 		if err := r.atCutoverStep(CutoverDecided); err != nil {
 			return err
 		}
-		if err := dtx.Commit(context.WithoutCancel(ctx)); err != nil {
-			r.log.Error("finishing identity columns on the target failed after the decision; the cleanup phase finishes them", zap.Error(err))
-		}
+		r.finishTarget(ctx, dtx)
 		if _, err := settlePrepared(context.WithoutCancel(ctx), src, gid, true); err != nil {
 			// The decision stands; cleanup settles the fence again.
 			return fmt.Errorf("commit fence: %w", err)
@@ -253,6 +249,18 @@ func (r *run) tryCutover(ctx context.Context, m metadata.Move, c cutoverConns) e
 	r.recordPause(m.ID, pause)
 	r.stopStream()
 	return r.hook(Cutover)
+}
+
+// finishTarget commits the target transaction that finished identity
+// columns, after the decision. When it commits, the cleanup phase of this
+// run need not check them again; when it does not (or the process dies
+// first), cleanup finishes them.
+func (r *run) finishTarget(ctx context.Context, dtx pgx.Tx) {
+	if err := dtx.Commit(context.WithoutCancel(ctx)); err != nil {
+		r.log.Error("finishing identity columns on the target failed after the decision; the cleanup phase finishes them", zap.Error(err))
+		return
+	}
+	r.targetFinished = true
 }
 
 // cutoverConns are the sessions a cutover attempt uses, opened before its

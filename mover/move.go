@@ -32,6 +32,9 @@ type run struct {
 	streamDone   chan error
 
 	cutoverBackoff time.Duration
+	// targetFinished: this run committed the target's identity finishing
+	// after the decision, so cleanup need not read both definitions again.
+	targetFinished bool
 }
 
 // leaseTries and leaseRetry bound how long Run waits for a held move.
