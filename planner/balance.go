@@ -35,7 +35,7 @@ type balancer struct {
 	tgt    *nodeHeap
 	counts colocCounts
 
-	stuck    []stuckEntry // max-heap by m
+	stuck    *heap[stuckEntry] // highest m first
 	stuckVer []int32
 	isStuck  []bool
 
@@ -97,6 +97,7 @@ func newBalancer(p *planner, lo, hi float64, rule pickRule) *balancer {
 		}
 		return x < y
 	})
+	b.stuck = newHeap(stuckFirst)
 	b.stuckVer = make([]int32, nn)
 	b.isStuck = make([]bool, nn)
 	b.lastSource = make([]int32, nn)
@@ -409,8 +410,7 @@ func (b *balancer) stick(n int32, m float64) {
 	}
 	b.isStuck[n] = true
 	b.stuckVer[n]++
-	b.stuck = append(b.stuck, stuckEntry{n, m, b.stuckVer[n]})
-	siftUpStuck(b.stuck, len(b.stuck)-1)
+	b.stuck.push(stuckEntry{n, m, b.stuckVer[n]})
 }
 
 func (b *balancer) unstick(n int32) {
@@ -424,52 +424,20 @@ func (b *balancer) unstick(n int32) {
 // unstickAbove brings back the stuck sources whose best target was fuller
 // than v, a utilization some node just dropped to.
 func (b *balancer) unstickAbove(v float64) {
-	for len(b.stuck) > 0 && b.stuck[0].m > v+b.eps {
-		e := b.stuck[0]
-		last := len(b.stuck) - 1
-		b.stuck[0] = b.stuck[last]
-		b.stuck = b.stuck[:last]
-		siftDownStuck(b.stuck, 0)
+	for b.stuck.len() > 0 && b.stuck.top().m > v+b.eps {
+		e := b.stuck.pop()
 		if b.isStuck[e.node] && b.stuckVer[e.node] == e.ver {
 			b.unstick(e.node)
 		}
 	}
 }
 
-func stuckLess(a, b stuckEntry) bool {
+// stuckFirst orders the stuck heap: highest m first, then node index.
+func stuckFirst(a, b stuckEntry) bool {
 	if a.m != b.m {
 		return a.m > b.m
 	}
 	return a.node < b.node
-}
-
-func siftUpStuck(h []stuckEntry, j int) {
-	for j > 0 {
-		i := (j - 1) / 2
-		if !stuckLess(h[j], h[i]) {
-			return
-		}
-		h[i], h[j] = h[j], h[i]
-		j = i
-	}
-}
-
-func siftDownStuck(h []stuckEntry, i int) {
-	for {
-		l := 2*i + 1
-		if l >= len(h) {
-			return
-		}
-		j := l
-		if r := l + 1; r < len(h) && stuckLess(h[r], h[l]) {
-			j = r
-		}
-		if !stuckLess(h[j], h[i]) {
-			return
-		}
-		h[i], h[j] = h[j], h[i]
-		i = j
-	}
 }
 
 // accept is the exact rule for a balancing move of cost c from s to t

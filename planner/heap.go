@@ -2,79 +2,108 @@ package planner
 
 import "iter"
 
-// nodeHeap is a binary heap of node indexes with a position index, so a
-// node whose key changed can be fixed in O(log n) (one key at a time). less must be a strict total order (ties broken by node index),
-// which keeps every traversal deterministic.
-type nodeHeap struct {
-	items []int32
-	pos   []int32 // pos[node] = index in items, or -1
-	less  func(a, b int32) bool
+// heap is the planner's one binary heap: a min-heap of T under less, which
+// must be a strict total order (every tie broken, by node index say), so
+// that every traversal is deterministic.
+//
+// When key is set the heap is indexed: each item has a distinct small
+// integer key(x) in [0, keys), the heap remembers where each item sits, and
+// contains, remove and fix work by item in O(log n). Pushing an item that is
+// already in an indexed heap does nothing. An item whose order changed must
+// be fixed before any other item's order changes.
+type heap[T any] struct {
+	items []T
+	less  func(a, b T) bool
+	key   func(T) int32
+	pos   []int32 // pos[key(x)] = index of x in items, or -1; indexed heaps only
 }
 
-func newNodeHeap(nodes int, less func(a, b int32) bool) *nodeHeap {
-	h := &nodeHeap{pos: make([]int32, nodes), less: less}
+// newHeap returns an empty heap without an index.
+func newHeap[T any](less func(a, b T) bool) *heap[T] {
+	return &heap[T]{less: less}
+}
+
+// newIndexedHeap returns an empty indexed heap for items whose keys are in
+// [0, keys).
+func newIndexedHeap[T any](keys int, key func(T) int32, less func(a, b T) bool) *heap[T] {
+	h := &heap[T]{less: less, key: key, pos: make([]int32, keys)}
 	for i := range h.pos {
 		h.pos[i] = -1
 	}
 	return h
 }
 
-func (h *nodeHeap) len() int              { return len(h.items) }
-func (h *nodeHeap) top() int32            { return h.items[0] }
-func (h *nodeHeap) contains(n int32) bool { return h.pos[n] >= 0 }
+// nodeHeap is an indexed heap of node indexes.
+type nodeHeap = heap[int32]
 
-func (h *nodeHeap) push(n int32) {
-	if h.pos[n] >= 0 {
-		return
+func newNodeHeap(nodes int, less func(a, b int32) bool) *nodeHeap {
+	return newIndexedHeap(nodes, func(n int32) int32 { return n }, less)
+}
+
+func (h *heap[T]) len() int { return len(h.items) }
+func (h *heap[T]) top() T   { return h.items[0] }
+
+func (h *heap[T]) contains(x T) bool { return h.pos[h.key(x)] >= 0 }
+
+func (h *heap[T]) push(x T) {
+	if h.key != nil {
+		if h.pos[h.key(x)] >= 0 {
+			return
+		}
+		h.pos[h.key(x)] = int32(len(h.items))
 	}
-	h.items = append(h.items, n)
-	h.pos[n] = int32(len(h.items) - 1)
+	h.items = append(h.items, x)
 	h.up(len(h.items) - 1)
 }
 
-func (h *nodeHeap) remove(n int32) {
-	i := int(h.pos[n])
-	if i < 0 {
-		return
+// pop removes and returns the least item.
+func (h *heap[T]) pop() T {
+	x := h.items[0]
+	h.removeAt(0)
+	return x
+}
+
+// remove takes x out of an indexed heap; nothing happens if it is not in.
+func (h *heap[T]) remove(x T) {
+	if i := h.pos[h.key(x)]; i >= 0 {
+		h.removeAt(int(i))
 	}
-	last := len(h.items) - 1
-	if i != last {
-		h.swap(i, last)
-	}
-	h.items = h.items[:last]
-	h.pos[n] = -1
-	if i != last {
-		if !h.down(i) {
-			h.up(i)
+}
+
+// fix restores an indexed heap after x's order changed.
+func (h *heap[T]) fix(x T) {
+	if i := h.pos[h.key(x)]; i >= 0 {
+		if !h.down(int(i)) {
+			h.up(int(i))
 		}
 	}
 }
 
-// fix restores the heap after n's key changed. Only one key may change
-// between fixes.
-func (h *nodeHeap) fix(n int32) {
-	i := int(h.pos[n])
-	if i < 0 {
-		return
+func (h *heap[T]) removeAt(i int) {
+	last := len(h.items) - 1
+	if i != last {
+		h.swap(i, last)
 	}
-	if !h.down(i) {
+	if h.key != nil {
+		h.pos[h.key(h.items[last])] = -1
+	}
+	var zero T
+	h.items[last] = zero
+	h.items = h.items[:last]
+	if i != last && !h.down(i) {
 		h.up(i)
 	}
 }
 
-func (h *nodeHeap) pop() int32 {
-	n := h.items[0]
-	h.remove(n)
-	return n
-}
-
-func (h *nodeHeap) swap(i, j int) {
+func (h *heap[T]) swap(i, j int) {
 	h.items[i], h.items[j] = h.items[j], h.items[i]
-	h.pos[h.items[i]] = int32(i)
-	h.pos[h.items[j]] = int32(j)
+	if h.key != nil {
+		h.pos[h.key(h.items[i])] = int32(i)
+		h.pos[h.key(h.items[j])] = int32(j)
+	}
 }
 
-func (h *nodeHeap) up(j int) {
+func (h *heap[T]) up(j int) {
 	for j > 0 {
 		i := (j - 1) / 2
 		if !h.less(h.items[j], h.items[i]) {
@@ -85,7 +114,8 @@ func (h *nodeHeap) up(j int) {
 	}
 }
 
-func (h *nodeHeap) down(i0 int) bool {
+// down sifts item i down and reports whether it moved.
+func (h *heap[T]) down(i0 int) bool {
 	i, n := i0, len(h.items)
 	for {
 		l := 2*i + 1
@@ -105,62 +135,27 @@ func (h *nodeHeap) down(i0 int) bool {
 	return i > i0
 }
 
-// inOrder yields the nodes from least to greatest without changing the
-// heap: a best-first walk of the heap tree, O(k log k) for the first k.
-// The heap must not change while the walk is in progress.
-func (h *nodeHeap) inOrder() iter.Seq[int32] {
-	return func(yield func(int32) bool) {
+// inOrder yields the items from least to greatest without changing the
+// heap: a best-first walk of the heap tree, O(k log k) for the first k,
+// whose frontier is itself a heap (of positions). The heap must not change
+// while the walk is in progress.
+func (h *heap[T]) inOrder() iter.Seq[T] {
+	return func(yield func(T) bool) {
 		if len(h.items) == 0 {
 			return
 		}
-		// frontier is a small binary heap of positions in h.items.
-		frontier := []int{0}
-		lessPos := func(a, b int) bool { return h.less(h.items[a], h.items[b]) }
-		for len(frontier) > 0 {
-			p := frontier[0]
-			last := len(frontier) - 1
-			frontier[0] = frontier[last]
-			frontier = frontier[:last]
-			siftDownInts(frontier, 0, lessPos)
+		frontier := newHeap(func(a, b int) bool { return h.less(h.items[a], h.items[b]) })
+		frontier.push(0)
+		for frontier.len() > 0 {
+			p := frontier.pop()
 			if !yield(h.items[p]) {
 				return
 			}
 			for _, c := range [2]int{2*p + 1, 2*p + 2} {
 				if c < len(h.items) {
-					frontier = append(frontier, c)
-					siftUpInts(frontier, len(frontier)-1, lessPos)
+					frontier.push(c)
 				}
 			}
 		}
-	}
-}
-
-func siftUpInts(a []int, j int, less func(a, b int) bool) {
-	for j > 0 {
-		i := (j - 1) / 2
-		if !less(a[j], a[i]) {
-			break
-		}
-		a[i], a[j] = a[j], a[i]
-		j = i
-	}
-}
-
-func siftDownInts(a []int, i int, less func(a, b int) bool) {
-	n := len(a)
-	for {
-		l := 2*i + 1
-		if l >= n {
-			return
-		}
-		j := l
-		if r := l + 1; r < n && less(a[r], a[l]) {
-			j = r
-		}
-		if !less(a[j], a[i]) {
-			return
-		}
-		a[i], a[j] = a[j], a[i]
-		i = j
 	}
 }
