@@ -87,9 +87,12 @@ func BuildInput(st metadata.Status, o PlanOptions) (planner.Input, error) {
 		if n.Role == "coordinator" && n.ShardGroups == 0 {
 			continue
 		}
+		// Capacity is taken as written: 0 means the node may hold no shards
+		// (status-schema.md), like shouldhaveshards = false. The live status
+		// and `status -o json` write 1 unless a capacity was set.
 		capacity := n.Capacity
-		if capacity == 0 && n.ShouldHaveShards {
-			capacity = 1
+		if math.IsNaN(capacity) || math.IsInf(capacity, 0) || capacity < 0 {
+			return in, invalidf("%s has capacity %v; a capacity is a number of 0 or more (0: no shards on the node)", n, n.Capacity)
 		}
 		if !n.IsActive {
 			inactive[int64(n.ID)] = true

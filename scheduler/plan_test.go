@@ -1,0 +1,40 @@
+package scheduler_test
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/shardmover/shardmover/metadata"
+	"github.com/shardmover/shardmover/planner"
+	"github.com/shardmover/shardmover/scheduler"
+)
+
+// TestBuildInputCapacityZero: capacity 0 in a snapshot means the node may
+// hold no shards (it used to be read as 1), so planning drains it.
+func TestBuildInputCapacityZero(t *testing.T) {
+	st := metadata.Status{SchemaVersion: 1, Flavor: metadata.Compat, Coordinator: "10.0.0.1:5432",
+		Nodes: []metadata.StatusNode{
+			{ID: 2, GroupID: 1, Addr: "10.0.0.2:5432", Role: "worker", IsActive: true, ShouldHaveShards: true, Capacity: 1},
+			{ID: 3, GroupID: 2, Addr: "10.0.0.3:5432", Role: "worker", IsActive: true, ShouldHaveShards: true, Capacity: 0},
+		},
+		ShardGroups: []metadata.StatusGroup{
+			{ID: "1:0", ColocationID: 1, Index: 0, ShardIDs: []int64{100}, Tables: []string{"t"}, NodeID: 3, Bytes: 1 << 20, SizeKnown: true},
+			{ID: "1:1", ColocationID: 1, Index: 1, ShardIDs: []int64{101}, Tables: []string{"t"}, NodeID: 2, Bytes: 1 << 20, SizeKnown: true},
+		}}
+	in, err := scheduler.BuildInput(st, scheduler.DefaultPlanOptions())
+	require.NoError(t, err)
+	require.Len(t, in.Nodes, 2)
+	assert.Equal(t, 0.0, in.Nodes[1].Capacity)
+	res, err := planner.Plan(in)
+	require.NoError(t, err)
+	require.Len(t, res.Moves, 1)
+	assert.Equal(t, planner.ReasonDrain, res.Moves[0].Reason)
+	assert.Equal(t, int64(2), res.Moves[0].To)
+
+	st.Nodes[1].Capacity = -1
+	_, err = scheduler.BuildInput(st, scheduler.DefaultPlanOptions())
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "10.0.0.3:5432")
+}
