@@ -18,6 +18,9 @@ func newNodeCmd(g *globals) *cobra.Command {
 		Short: "Register a worker after checking it is reachable and has wal_level = logical",
 		Args:  exactArgs(1, "give the node as host:port"),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkAddrFlag("the node", args[0]); err != nil {
+				return err
+			}
 			host, port, err := metadata.ParseAddr(args[0])
 			if err != nil {
 				return err

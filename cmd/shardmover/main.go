@@ -38,7 +38,7 @@ func main() {
 		_ = g.log.Sync()
 	}
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "shardmover: "+message(err))
+		fmt.Fprintln(os.Stderr, "shardmover: "+scrub(message(err), g))
 		os.Exit(exitCode(err))
 	}
 }
@@ -68,7 +68,7 @@ func newRoot(g *globals) *cobra.Command {
 			return err
 		},
 	}
-	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usagef("%v", err) })
+	root.SetFlagErrorFunc(flagError)
 	pf := root.PersistentFlags()
 	pf.StringVar(&g.coordinator, "coordinator", os.Getenv("SHARDMOVER_COORDINATOR"),
 		"coordinator connection string (env SHARDMOVER_COORDINATOR; default: the sandbox in --dir if running, else libpq's PG* environment)")
@@ -78,12 +78,16 @@ func newRoot(g *globals) *cobra.Command {
 	pf.StringVar(&g.logLevel, "log-level", "warn", "log level: debug, info, warn, error")
 	root.AddCommand(newSandboxCmd(g), newNodeCmd(g), newTableCmd(g), newStatusCmd(g), newWorkloadCmd(g),
 		newPlanCmd(g), newMoveCmd(g), newRebalanceCmd(g), newDrainCmd(g), newDaemonCmd(g), newJobsCmd(g), newCleanupCmd(g), newVerifyCmd(g))
+	strictArgs(root)
 	return root
 }
 
 // catalog opens the coordinator's catalog with the resolution order of
 // docs/design.md section 11.
 func (g *globals) catalog(ctx context.Context) (*metadata.Catalog, error) {
+	if err := checkConninfo(g.coordinator, g.nodeConninfo); err != nil {
+		return nil, err
+	}
 	dsn := g.coordinator
 	if dsn == "" {
 		if c, err := sandbox.Open(g.sandboxDir, g.log); err == nil {

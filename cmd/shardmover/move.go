@@ -33,11 +33,23 @@ func newMoveCmd(g *globals) *cobra.Command {
 		Short: "Move the shard group holding a shard to another node, online",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if len(shards) == 0 || slices.ContainsFunc(shards, func(id int64) bool { return id <= 0 }) {
+			if len(shards) == 0 {
 				return usagef("--shard is required: give the id of any shard of the group to move")
 			}
-			if (to == "") == (toNode == 0) {
+			if i := slices.IndexFunc(shards, func(id int64) bool { return id <= 0 }); i >= 0 {
+				return usagef("--shard must be a positive shard id, got %d; `shardmover status -o json` lists the shards", shards[i])
+			}
+			toGiven, toNodeGiven := cmd.Flags().Changed("to"), cmd.Flags().Changed("to-node")
+			if toGiven == toNodeGiven {
 				return usagef("give exactly one of --to host:port and --to-node ID")
+			}
+			if toGiven {
+				if err := checkAddrFlag("--to", to); err != nil {
+					return err
+				}
+			}
+			if toNodeGiven && toNode <= 0 {
+				return usagef("--to-node must be a positive node id, got %d; `shardmover node list` shows the nodes", toNode)
 			}
 			if err := checkLimits(lim); err != nil {
 				return err

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"math"
 	"os"
 
 	"github.com/spf13/cobra"
@@ -36,6 +37,9 @@ func newPlanCmd(g *globals) *cobra.Command {
 			if opts.Capacity, err = scheduler.ParseCapacity(capacity); err != nil {
 				return err
 			}
+			if err := checkPlanFlags(opts); err != nil {
+				return err
+			}
 			st, err := loadStatus(cmd, g, snapshot)
 			if err != nil {
 				return err
@@ -68,6 +72,33 @@ func newPlanCmd(g *globals) *cobra.Command {
 	f.StringVar(&snapshot, "snapshot", "", "plan from a `shardmover status -o json` file instead of a live cluster")
 	f.StringArrayVar(&opts.AddNodes, "add-node", nil, "simulate a node not yet added: host:port[=capacity] (repeatable)")
 	return cmd
+}
+
+// checkPlanFlags checks plan's options before the cluster is read: what
+// needs no cluster against an empty one, and the syntax of the rest.
+func checkPlanFlags(opts scheduler.PlanOptions) error {
+	for _, addr := range opts.Drain {
+		if err := checkAddrFlag("--drain", addr); err != nil {
+			return err
+		}
+	}
+	for addr, c := range opts.Capacity {
+		if err := checkAddrFlag("--capacity", addr); err != nil {
+			return err
+		}
+		if c < 0 || math.IsNaN(c) || math.IsInf(c, 0) {
+			return usagef("--capacity %s=%v: a capacity is a number of 0 or more", addr, c)
+		}
+	}
+	for _, id := range opts.Exclude {
+		if id <= 0 {
+			return usagef("--exclude must be a positive shard id, got %d", id)
+		}
+	}
+	empty := opts
+	empty.Drain, empty.Capacity, empty.Exclude = nil, nil, nil
+	_, err := scheduler.BuildInput(metadata.Status{SchemaVersion: 1}, empty)
+	return err
 }
 
 // loadStatus reads the cluster status from a snapshot file or the live cluster.

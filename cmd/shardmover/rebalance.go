@@ -58,6 +58,11 @@ func (f *jobFlags) resolve(cmd *cobra.Command) error {
 	if err := f.baseCost.apply(&f.plan); err != nil {
 		return err
 	}
+	// The plan's options (strategy, thresholds, base cost, --max-moves) are
+	// checked against an empty cluster now, before connecting.
+	if _, err := scheduler.BuildInput(metadata.Status{SchemaVersion: 1}, f.plan); err != nil {
+		return err
+	}
 	rate, err := parseRate(f.bandwidth)
 	if err != nil {
 		return usagef("--max-bandwidth %q is not a rate: write it like 100MB/s", f.bandwidth)
@@ -189,7 +194,7 @@ func newDrainCmd(g *globals) *cobra.Command {
 			if node == "" {
 				return usagef("--node is required: name the node to drain as host:port")
 			}
-			if _, _, err := metadata.ParseAddr(node); err != nil {
+			if err := checkAddrFlag("--node", node); err != nil {
 				return err
 			}
 			if err := f.resolve(cmd); err != nil {
@@ -234,6 +239,12 @@ the lock. /readyz answers 200 with {"state":"leader"} or {"state":"standby"}, an
 				return err
 			}
 			cfg.Plan, cfg.Limits = f.plan, f.limits
+			if err := checkListen(cfg.Listen); err != nil {
+				return err
+			}
+			if cmd.Flags().Changed("poll") && cfg.Poll <= 0 {
+				return usagef("--poll must be positive, got %s; write it like 1s or 500ms", cfg.Poll)
+			}
 			// Bad schedules, zones and limits are refused before connecting.
 			if err := cfg.Validate(); err != nil {
 				return err

@@ -25,7 +25,7 @@ func TestVerifyBadInputBeforeConnecting(t *testing.T) {
 	}{
 		{[]string{"verify", "--shard", "0"}, "--shard must be a positive shard id"},
 		{[]string{"verify", "--shard", "-4"}, "--shard must be a positive shard id"},
-		{[]string{"verify", "--shard", "abc"}, "invalid argument"},
+		{[]string{"verify", "--shard", "abc"}, `--shard "abc" is not a whole number`},
 		{[]string{"verify", "--group", "1"}, "is not a shard group"},
 		{[]string{"verify", "--group", "a:b"}, "is not a shard group"},
 		{[]string{"verify", "--group", "1:-1"}, "is not a shard group"},

@@ -31,6 +31,9 @@ func newWorkloadCmd(g *globals) *cobra.Command {
 			if opts.Clients < 1 {
 				return usagef("--clients must be at least 1, got %d", opts.Clients)
 			}
+			if opts.Users < 1 {
+				return usagef("--users must be at least 1, got %d", opts.Users)
+			}
 			if opts.Duration <= 0 {
 				return usagef("--duration must be positive, got %s", opts.Duration)
 			}
