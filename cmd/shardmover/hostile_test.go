@@ -160,6 +160,7 @@ func TestHostileInput(t *testing.T) {
 		{"argument to a command without any", []string{"status", "extra"}, "`shardmover status` takes no arguments, got \"extra\""},
 		{"unknown command", []string{"stauts"}, `unknown command "stauts" for ` + "`shardmover` (did you mean status?)"},
 		{"unknown flag", []string{"status", "--frobnicate"}, "unknown flag --frobnicate for shardmover status"},
+		{"version output yaml", []string{"version", "-o", "yaml"}, `-o must be table or json, got "yaml"`},
 	}
 	require.GreaterOrEqual(t, len(cases), 20)
 	for _, tc := range cases {

@@ -77,7 +77,8 @@ func newRoot(g *globals) *cobra.Command {
 	pf.StringVarP(&g.output, "output", "o", "table", "output format: table or json")
 	pf.StringVar(&g.logLevel, "log-level", "warn", "log level: debug, info, warn, error")
 	root.AddCommand(newSandboxCmd(g), newNodeCmd(g), newTableCmd(g), newStatusCmd(g), newWorkloadCmd(g),
-		newPlanCmd(g), newMoveCmd(g), newRebalanceCmd(g), newDrainCmd(g), newDaemonCmd(g), newJobsCmd(g), newCleanupCmd(g), newVerifyCmd(g))
+		newPlanCmd(g), newMoveCmd(g), newRebalanceCmd(g), newDrainCmd(g), newDaemonCmd(g), newJobsCmd(g), newCleanupCmd(g), newVerifyCmd(g),
+		newVersionCmd(g))
 	strictArgs(root)
 	return root
 }
