@@ -85,6 +85,10 @@ func Open(ctx context.Context, cfg Config) (*Catalog, error) {
 	c.flavor = Compat
 	if hasCitus {
 		c.flavor = Citus
+		if err := checkCitusVersion(ctx, pool); err != nil {
+			pool.Close()
+			return nil, err
+		}
 	}
 	return c, nil
 }
@@ -127,11 +131,27 @@ func (c *Catalog) withTimeout(s ConnSettings) ConnSettings {
 // NodeSettings derives the connection settings of a node: host and port
 // from the catalog, everything else from the coordinator's settings, then
 // the NodeConninfo overrides.
+//
+// On Citus every session also runs with citusSessionOptions: Citus hides
+// shard tables from pg_class and refuses DDL on them in ordinary client
+// sessions, and a mover reads, creates, renames and drops shard tables.
 func (c *Catalog) NodeSettings(host string, port int) ConnSettings {
 	s := c.coord.Merge(ConnSettings{"host": host, "port": strconv.Itoa(port)})
 	delete(s, "hostaddr")
-	return c.withTimeout(s.Merge(c.nodeOver))
+	s = c.withTimeout(s.Merge(c.nodeOver))
+	if c.flavor == Citus {
+		s["options"] = strings.TrimSpace(s["options"] + " " + citusSessionOptions)
+	}
+	return s
 }
+
+// citusSessionOptions are the settings of a mover's sessions on Citus
+// nodes, those Citus's own shard transfers run with: shards visible in the
+// catalogs (citus.show_shards_for_app_name_prefixes), changes to them
+// allowed (citus.enable_manual_changes_to_shards), and DDL kept to the
+// node it runs on (citus.enable_ddl_propagation = off: a shard table is
+// one node's business, and Citus refuses propagated DDL from a worker).
+const citusSessionOptions = "-c citus.show_shards_for_app_name_prefixes=* -c citus.enable_manual_changes_to_shards=on -c citus.enable_ddl_propagation=off"
 
 // ConnectNode opens one connection to host:port with the node settings.
 func (c *Catalog) ConnectNode(ctx context.Context, host string, port int) (*pgx.Conn, error) {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/zap"
 
 	"github.com/shardmover/shardmover/internal/pgerr"
@@ -552,51 +553,146 @@ type CutoverFlip struct {
 	Epoch int64
 }
 
-// CommitCutover is step 5 of docs/design.md 5.1: in one coordinator transaction
-// it points every shard's placement at the target group, marks the move
-// cutover_committed (phase cutover -> cleanup), and records the deferred
-// drop of the old shards. Committing it is the decision.
+// CommitCutover is step 6 of docs/design.md 5.1: in one coordinator
+// transaction it points every shard's placement at the target group, marks
+// the move cutover_committed (phase cutover -> cleanup), and records the
+// deferred drop of the old shards. Committing it is the decision. It is
+// BeginDecision followed by Decision.Commit.
 //
 // An error that leaves the outcome unknown (the connection broke during
 // COMMIT, or its reply is late) is returned as is; the caller must then
 // settle the outcome with SettleDecision, never with a plain read.
-//
-// The transaction names itself (application_name decisionName(id)) before
-// anything else, so SettleDecision can end it if it is still in flight.
 func (c *Catalog) CommitCutover(ctx context.Context, f CutoverFlip) error {
-	if c.flavor == Citus {
-		return invalidf("moves on Citus clusters are not supported yet; use Citus's citus_move_shard_placement")
+	d, err := c.BeginDecision(ctx, f.MoveID, nil, 0)
+	if err != nil {
+		return err
 	}
-	return pgx.BeginTxFunc(ctx, c.pool, pgx.TxOptions{}, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, "SELECT set_config('application_name', $1, true)", decisionName(f.MoveID)); err != nil {
-			return err
+	defer d.Close(ctx)
+	return d.Commit(ctx, f)
+}
+
+// Decision is a move's decision transaction on the coordinator, open from
+// BeginDecision until Commit or Close.
+type Decision struct {
+	c    *Catalog
+	conn *pgxpool.Conn
+	tx   pgx.Tx
+	id   int64
+	done bool
+}
+
+// BeginDecision opens move id's decision transaction. It names itself
+// (application_name decisionName(id)) before anything else, so that
+// SettleDecision can end it if it is still in flight.
+//
+// On Citus it also blocks Citus-routed writes from the coordinator to the
+// shards lockIDs (LockShardMetadata), waiting at most lockWait (0: no
+// bound): a Citus cutover opens its decision first, before the metadata
+// locks on the workers and the source table lock, and keeps it open
+// through the pause, so that the coordinator's lock is released only when
+// the placements it guards have flipped.
+func (c *Catalog) BeginDecision(ctx context.Context, id int64, lockIDs []int64, lockWait time.Duration) (_ *Decision, err error) {
+	conn, err := c.pool.Acquire(ctx)
+	if err != nil {
+		return nil, err
+	}
+	d := &Decision{c: c, conn: conn, id: id}
+	defer func() {
+		if err != nil {
+			d.Close(ctx)
 		}
-		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", metadataLockKey); err != nil {
-			return err
+	}()
+	if d.tx, err = conn.Begin(ctx); err != nil {
+		return nil, err
+	}
+	if _, err := d.tx.Exec(ctx, "SELECT set_config('application_name', $1, true)", decisionName(id)); err != nil {
+		return nil, err
+	}
+	if c.flavor != Citus || len(lockIDs) == 0 {
+		return d, nil
+	}
+	if lockWait > 0 {
+		if _, err := d.tx.Exec(ctx, "SELECT set_config('lock_timeout', $1, true)", fmt.Sprintf("%dms", lockWait.Milliseconds())); err != nil {
+			return nil, err
 		}
-		var phase string
-		var cancel bool
-		var epoch int64
-		if err := tx.QueryRow(ctx, "SELECT phase, cancel_requested, cutover_epoch FROM shardmover.moves WHERE id = $1 FOR UPDATE",
-			f.MoveID).Scan(&phase, &cancel, &epoch); err != nil {
-			return fmt.Errorf("lock move %d: %w", f.MoveID, err)
+	}
+	if err := LockShardMetadata(ctx, d.tx, lockIDs); err != nil {
+		return nil, err
+	}
+	if _, err := d.tx.Exec(ctx, "SET LOCAL lock_timeout TO DEFAULT"); err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+// Close rolls the decision back unless it committed, and returns its
+// connection.
+func (d *Decision) Close(ctx context.Context) {
+	if d.conn == nil {
+		return
+	}
+	if d.tx != nil && !d.done {
+		_ = d.tx.Rollback(context.WithoutCancel(ctx))
+	}
+	d.conn.Release()
+	d.conn = nil
+}
+
+// Commit makes the decision: under the catalog-write lock and the move
+// row's lock it requires phase cutover, no cancel request, the epoch the
+// fences were prepared under and the lease; flips the placements (on
+// Citus through Citus's own function, in the coordinator's metadata);
+// sets cutover_committed; records the old shards' deferred drop (on Citus
+// in pg_dist_cleanup, for Citus's cleanup); and commits.
+func (d *Decision) Commit(ctx context.Context, f CutoverFlip) error {
+	if f.MoveID != d.id {
+		return fmt.Errorf("decision of move %d used for move %d", d.id, f.MoveID)
+	}
+	tx := d.tx
+	if err := d.decide(ctx, tx, f); err != nil {
+		return err
+	}
+	d.done = true
+	return tx.Commit(ctx)
+}
+
+func (d *Decision) decide(ctx context.Context, tx pgx.Tx, f CutoverFlip) error {
+	c := d.c
+	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", metadataLockKey); err != nil {
+		return err
+	}
+	var phase string
+	var cancel bool
+	var epoch int64
+	if err := tx.QueryRow(ctx, "SELECT phase, cancel_requested, cutover_epoch FROM shardmover.moves WHERE id = $1 FOR UPDATE",
+		f.MoveID).Scan(&phase, &cancel, &epoch); err != nil {
+		return fmt.Errorf("lock move %d: %w", f.MoveID, err)
+	}
+	if Phase(phase) != PhaseCutover {
+		return fmt.Errorf("%w: move %d is in phase %s, not cutover", ErrPhaseConflict, f.MoveID, phase)
+	}
+	if cancel {
+		return fmt.Errorf("%w: move %d was cancelled before its decision", ErrPhaseConflict, f.MoveID)
+	}
+	if epoch != f.Epoch {
+		return fmt.Errorf("%w: the cutover attempt of move %d was settled as rolled back before its decision arrived; nothing flipped",
+			ErrPhaseConflict, f.MoveID)
+	}
+	if f.Lease == nil {
+		return fmt.Errorf("commit cutover of move %d: no lease", f.MoveID)
+	}
+	if err := f.Lease.checkTx(ctx, tx); err != nil {
+		return err
+	}
+	if c.flavor == Citus {
+		// Citus's function refuses a shard not placed on the source group,
+		// so a catalog changed underneath flips nothing.
+		if err := asCitusRebalancer(ctx, tx, decisionName(f.MoveID), func() error {
+			return updatePlacements(ctx, tx, f.ShardIDs, f.SourceGroup, f.TargetGroup)
+		}); err != nil {
+			return fmt.Errorf("flip placements of move %d: %w", f.MoveID, err)
 		}
-		if Phase(phase) != PhaseCutover {
-			return fmt.Errorf("%w: move %d is in phase %s, not cutover", ErrPhaseConflict, f.MoveID, phase)
-		}
-		if cancel {
-			return fmt.Errorf("%w: move %d was cancelled before its decision", ErrPhaseConflict, f.MoveID)
-		}
-		if epoch != f.Epoch {
-			return fmt.Errorf("%w: the cutover attempt of move %d was settled as rolled back before its decision arrived; nothing flipped",
-				ErrPhaseConflict, f.MoveID)
-		}
-		if f.Lease == nil {
-			return fmt.Errorf("commit cutover of move %d: no lease", f.MoveID)
-		}
-		if err := f.Lease.checkTx(ctx, tx); err != nil {
-			return err
-		}
+	} else {
 		tag, err := tx.Exec(ctx, `UPDATE shardmover_catalog.pg_dist_placement SET groupid = $3
 			WHERE shardid = ANY($1) AND groupid = $2`, f.ShardIDs, f.SourceGroup, f.TargetGroup)
 		if err != nil {
@@ -606,20 +702,26 @@ func (c *Catalog) CommitCutover(ctx context.Context, f CutoverFlip) error {
 			return fmt.Errorf("flip placements of move %d: %d of %d shards were on group %d; the catalog changed underneath, nothing flipped",
 				f.MoveID, tag.RowsAffected(), len(f.ShardIDs), f.SourceGroup)
 		}
-		if _, err := tx.Exec(ctx, "UPDATE shardmover.moves SET cutover_committed = true WHERE id = $1", f.MoveID); err != nil {
-			return err
-		}
-		for _, t := range f.OldTables {
-			if _, err := tx.Exec(ctx, `INSERT INTO shardmover.cleanup (move_id, node_group, object_type, name, policy)
-				VALUES ($1, $2, $5, $3, $4)`, f.MoveID, f.SourceGroup, t, CleanupDeferred, ObjectTable); err != nil {
+	}
+	if _, err := tx.Exec(ctx, "UPDATE shardmover.moves SET cutover_committed = true WHERE id = $1", f.MoveID); err != nil {
+		return err
+	}
+	for _, t := range f.OldTables {
+		if c.flavor == Citus {
+			if err := citusCleanupOldShard(ctx, tx, f.SourceGroup, t); err != nil {
 				return err
 			}
+			continue
 		}
-		if _, err := tx.Exec(ctx, "DELETE FROM shardmover.cleanup WHERE move_id = $1 AND policy = $2", f.MoveID, CleanupOnFailure); err != nil {
+		if _, err := tx.Exec(ctx, `INSERT INTO shardmover.cleanup (move_id, node_group, object_type, name, policy)
+			VALUES ($1, $2, $5, $3, $4)`, f.MoveID, f.SourceGroup, t, CleanupDeferred, ObjectTable); err != nil {
 			return err
 		}
-		return setPhaseTx(ctx, tx, f.MoveID, string(PhaseCutover), string(PhaseCleanup), "placements flipped", "")
-	})
+	}
+	if _, err := tx.Exec(ctx, "DELETE FROM shardmover.cleanup WHERE move_id = $1 AND policy = $2", f.MoveID, CleanupOnFailure); err != nil {
+		return err
+	}
+	return setPhaseTx(ctx, tx, f.MoveID, string(PhaseCutover), string(PhaseCleanup), "placements flipped", "")
 }
 
 // decisionName is the application_name of a move's decision transaction.

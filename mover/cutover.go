@@ -73,11 +73,17 @@ func (r *run) cutover(ctx context.Context, m metadata.Move) error {
 		return err
 	}
 	defer dst.Close(context.WithoutCancel(ctx))
+	// On Citus, one on every other metadata node.
+	cc, err := r.openCitus(ctx)
+	if err != nil {
+		return err
+	}
+	defer cc.close(ctx)
 	if err := r.startStream(ctx, m); err != nil {
 		return err
 	}
 
-	err = r.tryCutover(ctx, m, cutoverConns{src: src, flush: flush, dst: dst})
+	err = r.tryCutover(ctx, m, cutoverConns{src: src, flush: flush, dst: dst, citus: cc})
 	switch {
 	case err == nil:
 		r.cutoverBackoff = r.e.cfg.CutoverBackoff
@@ -125,10 +131,25 @@ func (r *run) tryCutover(ctx context.Context, m metadata.Move, c cutoverConns) e
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
 	// The lock wait counts against the pause: writers queue behind it.
 	lockWait := budget / 4
-	if _, err := tx.Exec(preCtx, "SELECT set_config('lock_timeout', $1, true)", fmt.Sprintf("%dms", lockWait.Milliseconds())); err != nil {
+	lockTimeout := fmt.Sprintf("%dms", lockWait.Milliseconds())
+	if _, err := tx.Exec(preCtx, "SELECT set_config('lock_timeout', $1, true)", lockTimeout); err != nil {
 		return err
 	}
 	pauseStart := time.Now()
+	// On Citus, Citus-routed writes are blocked first: the decision opens
+	// now and takes the coordinator's metadata lock, then every metadata
+	// node's, in group order, all before the source table lock.
+	var dec *metadata.Decision
+	if c.citus != nil {
+		dec, err = r.e.cat.BeginDecision(preCtx, m.ID, m.ShardIDs, lockWait)
+		if err != nil {
+			return fmt.Errorf("block Citus writes on the coordinator: %w", err)
+		}
+		defer dec.Close(ctx)
+		if err := r.lockCitusWrites(preCtx, m, tx, c.citus, lockTimeout); err != nil {
+			return err
+		}
+	}
 	if _, err := pgsql.ExecOne(preCtx, tx.Conn(), "LOCK TABLE "+strings.Join(names, ", ")+" IN EXCLUSIVE MODE"); err != nil {
 		return fmt.Errorf("lock source shards: %w", err)
 	}
@@ -198,6 +219,12 @@ func (r *run) tryCutover(ctx context.Context, m metadata.Move, c cutoverConns) e
 	if time.Since(pauseStart) > budget {
 		return fmt.Errorf("%w: %s before prepare", errPauseExceeded, time.Since(pauseStart).Round(time.Millisecond))
 	}
+	if c.citus != nil && c.citus.sourceMeta {
+		// The source's own copy of the placements flips with its fence.
+		if err := metadata.UpdatePlacements(fenceCtx, tx, m.ShardIDs, m.SourceGroup, m.TargetGroup); err != nil {
+			return fmt.Errorf("flip placements on the source %s: %w", r.source.Addr(), err)
+		}
+	}
 	gid := fenceGID(m.ID, m.CutoverEpoch)
 	if _, err := pgsql.ExecOne(fenceCtx, tx.Conn(), "PREPARE TRANSACTION "+quoteLiteral(gid)); err != nil {
 		// It may have been prepared all the same. No decision was sent for
@@ -206,16 +233,29 @@ func (r *run) tryCutover(ctx context.Context, m metadata.Move, c cutoverConns) e
 		_, _ = settlePrepared(fenceCtx, src, gid, false)
 		return fmt.Errorf("prepare fence on %s: %w", r.source.Addr(), err)
 	}
+	if c.citus != nil {
+		// Every other metadata node's flip, prepared under the same gid. A
+		// failure here is settled as a rolled-back attempt at the next
+		// cutover entry (settle), on every node.
+		if err := r.prepareCitusParts(fenceCtx, m, c.citus.parts, gid); err != nil {
+			return err
+		}
+	}
 	if err := r.atCutoverStep(CutoverPrepared); err != nil {
 		return err
 	}
 	// The decision: placements and journal in one coordinator transaction,
 	// bounded by what is left of the budget.
 	decideCtx, cancel := context.WithDeadline(context.WithoutCancel(ctx), pauseStart.Add(budget))
-	err = r.e.cat.CommitCutover(decideCtx, metadata.CutoverFlip{
+	flip := metadata.CutoverFlip{
 		MoveID: m.ID, ShardIDs: m.ShardIDs, SourceGroup: m.SourceGroup, TargetGroup: m.TargetGroup,
 		OldTables: old, Lease: r.lease, Epoch: m.CutoverEpoch,
-	})
+	}
+	if dec != nil {
+		err = dec.Commit(decideCtx, flip)
+	} else {
+		err = r.e.cat.CommitCutover(decideCtx, flip)
+	}
 	cancel()
 	if err != nil {
 		// Failed, timed out, or lost on the way back: only a settlement
@@ -243,6 +283,9 @@ func (r *run) tryCutover(ctx context.Context, m metadata.Move, c cutoverConns) e
 			// The decision stands; cleanup settles the fence again.
 			return fmt.Errorf("commit fence: %w", err)
 		}
+		if c.citus != nil {
+			r.commitCitusParts(context.WithoutCancel(ctx), c.citus.parts, gid)
+		}
 	}
 	pause := time.Since(pauseStart)
 	r.log.Info("cutover committed", zap.Duration("write_pause", pause), zap.Stringer("lsn", lsn))
@@ -268,6 +311,8 @@ func (r *run) finishTarget(ctx context.Context, dtx pgx.Tx) {
 // source session that flushes WAL; a target session.
 type cutoverConns struct {
 	src, flush, dst *pgx.Conn
+	// citus is nil on compat.
+	citus *citusCutover
 }
 
 // errDefinitionChanged: a shard's definition differs between source and

@@ -177,6 +177,13 @@ func (e *Engine) Resolve(ctx context.Context, reqs []Request) ([]metadata.MoveSp
 	var specs []metadata.MoveSpec
 	for _, r := range reqs {
 		spec, err := resolve(cl, r)
+		var none *noSuchShardError
+		if errors.As(err, &none) {
+			why, werr := e.cat.WhyNotMovable(ctx, r.ShardID)
+			if werr == nil && why != "" {
+				return nil, invalidf("%s", why)
+			}
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -184,6 +191,12 @@ func (e *Engine) Resolve(ctx context.Context, reqs []Request) ([]metadata.MoveSp
 	}
 	return specs, nil
 }
+
+// noSuchShardError is a shard in no movable group: the catalog may still
+// know it (a reference table's shard), and Resolve then says why.
+type noSuchShardError struct{ error }
+
+func (e *noSuchShardError) Unwrap() error { return e.error }
 
 func resolve(cl *metadata.Cluster, r Request) (metadata.MoveSpec, error) {
 	var group *metadata.ShardGroup
@@ -195,7 +208,7 @@ func resolve(cl *metadata.Cluster, r Request) (metadata.MoveSpec, error) {
 		}
 	}
 	if group == nil {
-		return metadata.MoveSpec{}, invalidf("shard %d does not exist; `shardmover status -o json` lists the shard groups and their shard ids", r.ShardID)
+		return metadata.MoveSpec{}, &noSuchShardError{invalidf("shard %d does not exist; `shardmover status -o json` lists the shard groups and their shard ids", r.ShardID)}
 	}
 	var target *metadata.Node
 	for i := range cl.Nodes {

@@ -366,11 +366,20 @@ func (r *run) setup(ctx context.Context, m metadata.Move) error {
 	if err := r.dropArtifacts(ctx, m, metadata.CleanupAlways, metadata.CleanupOnFailure); err != nil {
 		return err
 	}
+	// On Citus, reference tables first, as Citus does before a move.
+	if err := r.e.cat.EnsureReferenceTables(ctx); err != nil {
+		return err
+	}
 	src, dst, err := r.connectBoth(ctx)
 	if err != nil {
 		return err
 	}
 	defer closeBoth(ctx, src, dst)
+	if r.citus() {
+		if err := metadata.ActAsCitusRebalancer(ctx, dst); err != nil {
+			return err
+		}
+	}
 	for _, t := range shardIdents(m) {
 		ddl, err := metadata.ReadTableDDL(ctx, src, t)
 		if err != nil {
@@ -450,6 +459,11 @@ func (r *run) index(ctx context.Context, m metadata.Move) error {
 		return err
 	}
 	defer closeBoth(ctx, src, dst)
+	if r.citus() {
+		if err := metadata.ActAsCitusRebalancer(ctx, dst); err != nil {
+			return err
+		}
+	}
 	for _, t := range shardIdents(m) {
 		ddl, err := metadata.ReadTableDDL(ctx, src, t)
 		if err != nil {

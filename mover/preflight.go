@@ -47,8 +47,10 @@ func (e *Engine) preflight(ctx context.Context, m metadata.Move, src, dst metada
 // checkMoveable checks the catalog side: flavor, nodes, and that every shard
 // of the group is placed on the source.
 func (e *Engine) checkMoveable(ctx context.Context, m metadata.Move) error {
-	if e.cat.Flavor() == metadata.Citus {
-		return invalidf("moving shards of a Citus cluster is not supported yet; use citus_move_shard_placement")
+	if busy, err := e.cat.CitusBusy(ctx); err != nil {
+		return err
+	} else if busy != "" {
+		return invalidf("%s; shardmover does not move shards while Citus does", busy)
 	}
 	cl, err := e.cat.Snapshot(ctx, metadata.SnapshotOptions{SkipSizes: true})
 	if err != nil {
@@ -120,6 +122,15 @@ func (e *Engine) checkNodes(ctx context.Context, m metadata.Move, src, dst metad
 	}
 	if originsUsed >= originsMax {
 		return invalidf("the target %s has no free replication origin (%d of %d used); raise its max_replication_slots", dst.Addr(), originsUsed, originsMax)
+	}
+	if e.cat.Flavor() == metadata.Citus {
+		var ok bool
+		if err := dc.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'citus')").Scan(&ok); err != nil {
+			return fmt.Errorf("read extensions of %s: %w", dst.Addr(), err)
+		}
+		if !ok {
+			return invalidf("the target %s does not have the citus extension; run CREATE EXTENSION citus there and add it with citus_add_node", dst.Addr())
+		}
 	}
 	if err := replication.CheckReplicaIdentity(ctx, sc, shardIdents(m)); err != nil {
 		return invalidf("%v", err)

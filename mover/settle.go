@@ -143,8 +143,11 @@ func (r *run) settle(ctx context.Context, m metadata.Move) (st metadata.Settleme
 	wait := 200 * time.Millisecond
 	var stopAt time.Time
 	for {
-		var decided bool
-		st, decided, refenced, err = r.settleOnce(context.WithoutCancel(ctx), m)
+		var decided, again bool
+		st, decided, again, err = r.settleOnce(context.WithoutCancel(ctx), m)
+		// A re-fence done by an attempt that failed later still needs its
+		// carry-over: the next attempt finds nothing left to rename.
+		refenced = refenced || again
 		if err == nil {
 			return st, refenced, nil
 		}
@@ -185,15 +188,23 @@ func (r *run) settleOnce(ctx context.Context, m metadata.Move) (st metadata.Sett
 	if err != nil {
 		return st, true, false, err
 	}
-	if !st.Committed || found {
-		return st, true, false, nil
+	if st.Committed && !found {
+		refenced, err = ensureFenced(ctx, src, m)
+		if err != nil {
+			return st, true, false, err
+		}
+		if refenced {
+			r.log.Error("the fence of a committed cutover was gone; re-established it", zap.Strings("tables", m.ShardTables))
+		}
 	}
-	refenced, err = ensureFenced(ctx, src, m)
-	if err != nil {
-		return st, true, false, err
+	if st.Committed {
+		if err := r.syncSourcePlacements(ctx, m, src); err != nil {
+			return st, true, refenced, err
+		}
 	}
-	if refenced {
-		r.log.Error("the fence of a committed cutover was gone; re-established it", zap.Strings("tables", m.ShardTables))
+	// On Citus, the parts on the other metadata nodes.
+	if err := r.settleCitusParts(ctx, m, st); err != nil {
+		return st, true, refenced, err
 	}
 	return st, true, refenced, nil
 }

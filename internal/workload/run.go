@@ -65,9 +65,25 @@ func Percentile(lat []Latency, p float64, from, to time.Time) time.Duration {
 	return ds[i]
 }
 
+// stopGrace bounds how long a stopping workload waits for its statements
+// in flight before cancelling them.
+const stopGrace = 30 * time.Second
+
 // Run drives the workload until ctx ends or Duration passes. It returns
 // when every client has stopped; Ledger holds every acknowledged write.
+// When Duration passes, clients start no new statement and the ones in
+// flight finish (up to stopGrace): a statement cancelled mid-way may still
+// commit on a node after the run has returned (through Citus, on the
+// shard's node), which a check reading right after would see half-way.
 func Run(ctx context.Context, r *Router, opts RunOptions) (RunResult, error) {
+	stop := make(chan struct{})
+	t := time.AfterFunc(opts.Duration, func() { close(stop) })
+	defer t.Stop()
+	return run(ctx, stop, r, opts)
+}
+
+// run is Run ending when stop closes (gracefully) or ctx ends (at once).
+func run(ctx context.Context, stop <-chan struct{}, r *Router, opts RunOptions) (RunResult, error) {
 	if opts.Clients < 1 {
 		return RunResult{}, fmt.Errorf("--clients must be at least 1, got %d", opts.Clients)
 	}
@@ -80,8 +96,20 @@ func Run(ctx context.Context, r *Router, opts RunOptions) (RunResult, error) {
 	if opts.Users < 1 {
 		opts.Users = 1
 	}
-	ctx, cancel := context.WithTimeout(ctx, opts.Duration)
+	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	go func() {
+		select {
+		case <-stop:
+		case <-ctx.Done():
+			return
+		}
+		select {
+		case <-time.After(stopGrace):
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
 	res := RunResult{Ledger: NewLedger(), Errors: map[string]int64{}, Via: map[string]int64{}}
 	res.Ledger.RunID = opts.RunID
 	var mu sync.Mutex
@@ -96,7 +124,7 @@ func Run(ctx context.Context, r *Router, opts RunOptions) (RunResult, error) {
 				rng:  rand.New(rand.NewPCG(opts.Seed, uint64(c)+1)),
 				gen:  NewGenerator(opts.Seed+uint64(c), opts.Users),
 				errs: map[string]int64{}, via: map[string]int64{}}
-			cl.run(ctx)
+			cl.run(ctx, stop)
 			mu.Lock()
 			for k, v := range cl.errs {
 				res.Errors[k] += v
@@ -131,9 +159,17 @@ type client struct {
 	lat  []Latency
 }
 
-func (c *client) run(ctx context.Context) {
+func (c *client) run(ctx context.Context, stop <-chan struct{}) {
 	c.revs = map[Key]int64{}
-	for ctx.Err() == nil {
+	stopped := func() bool {
+		select {
+		case <-stop:
+			return true
+		default:
+			return ctx.Err() != nil
+		}
+	}
+	for !stopped() {
 		n := c.rng.IntN(100)
 		switch {
 		case n < c.opts.InsertPct || len(c.live) == 0:
@@ -146,6 +182,7 @@ func (c *client) run(ctx context.Context) {
 		if c.opts.Pause > 0 {
 			select {
 			case <-ctx.Done():
+			case <-stop:
 			case <-time.After(c.opts.Pause):
 			}
 		}
@@ -311,16 +348,20 @@ type Background struct {
 // Start runs the workload in the background; opts.Duration bounds it (use
 // a long one and call Stop).
 func Start(ctx context.Context, r *Router, opts RunOptions) *Background {
-	ctx, cancel := context.WithCancel(ctx)
-	b := &Background{cancel: cancel, done: make(chan struct{})}
+	stop := make(chan struct{})
+	var once sync.Once
+	b := &Background{cancel: func() { once.Do(func() { close(stop) }) }, done: make(chan struct{})}
+	t := time.AfterFunc(opts.Duration, b.cancel)
 	go func() {
 		defer close(b.done)
-		b.res, b.err = Run(ctx, r, opts)
+		defer t.Stop()
+		b.res, b.err = run(ctx, stop, r, opts)
 	}()
 	return b
 }
 
-// Stop ends the workload and returns what it acknowledged.
+// Stop ends the workload and returns what it acknowledged: clients start
+// no new statement, and the ones in flight finish first (up to stopGrace).
 func (b *Background) Stop() (RunResult, error) {
 	b.cancel()
 	<-b.done

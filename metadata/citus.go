@@ -1,0 +1,313 @@
+package metadata
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// What a move on Citus does through Citus's own catalogs and functions
+// (docs/design.md 3.1). Citus 13.2 is the reference: its shard transfer
+// blocks writes with lock_shard_metadata, flips placements with
+// citus_internal_update_placement_metadata on every node that keeps
+// metadata, and leaves the old shard to its deferred cleanup
+// (pg_dist_cleanup). shardmover does the same from outside, under its own
+// journal and two-phase commit.
+
+// MinCitusMajor is the oldest Citus release shardmover moves shards on.
+const MinCitusMajor = 12
+
+// citusExclusiveLock is the lock mode number lock_shard_metadata takes for
+// ExclusiveLock (PostgreSQL's lockdefs.h), as Citus's own moves pass it.
+const citusExclusiveLock = 7
+
+// Citus's advisory lock classes (pg_locks.objsubid) that mark a Citus
+// shard move or rebalance in progress (resource_lock.h).
+const (
+	citusLockRebalanceColocation = 7
+	citusLockPlacementColocation = 13
+	citusLockShardMove           = 16
+)
+
+// Querier is what the Citus helpers need of a session or transaction.
+type Querier interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// checkCitusVersion refuses a Citus older than MinCitusMajor.
+func checkCitusVersion(ctx context.Context, q Querier) error {
+	var v string
+	if err := q.QueryRow(ctx, "SELECT extversion FROM pg_extension WHERE extname = 'citus'").Scan(&v); err != nil {
+		return fmt.Errorf("read the Citus version: %w", err)
+	}
+	major, _, _ := strings.Cut(v, ".")
+	n, err := strconv.Atoi(major)
+	if err != nil || n < MinCitusMajor {
+		return invalidf("the coordinator runs Citus %s; shardmover supports Citus %d and later: upgrade Citus (ALTER EXTENSION citus UPDATE) first", v, MinCitusMajor)
+	}
+	return nil
+}
+
+// MetadataNodes are the nodes of nodes that Citus routes queries from
+// besides the coordinator: active primary workers with synced metadata,
+// by group.
+func MetadataNodes(nodes []Node) []Node {
+	var out []Node
+	for _, n := range nodes {
+		if n.IsCoordinator() || !n.IsActive || !n.HasMetadata || !n.MetadataSynced {
+			continue
+		}
+		if n.Role != "" && n.Role != "primary" {
+			continue
+		}
+		out = append(out, n)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].GroupID < out[j].GroupID })
+	return out
+}
+
+// LockShardMetadata blocks Citus-routed writes to the shard groups of ids
+// from the session q runs on, until its transaction ends: Citus's router
+// and COPY take ShareLock on each shard's metadata lock before they
+// resolve placements, so a write waiting here reads the new placement once
+// it gets through (citus_custom_scan.c). Call it inside a transaction, with
+// a lock_timeout set, on the coordinator and on every metadata node, in
+// group order (coordinator first), always before the source table lock,
+// so that two movers cannot deadlock.
+func LockShardMetadata(ctx context.Context, q Querier, ids []int64) error {
+	if _, err := q.Exec(ctx, "SELECT lock_shard_metadata($1, $2::bigint[])", citusExclusiveLock, ids); err != nil {
+		return fmt.Errorf("lock the Citus metadata of shards %v: %w", ids, err)
+	}
+	return nil
+}
+
+// asCitusRebalancer runs fn with the session named as Citus's rebalancer
+// (application_name "citus_rebalancer gpid=<gpid>"), the only kind of
+// session Citus lets change placements through its internal functions, and
+// names it back to restore afterwards. Both names are local to the
+// transaction q runs in.
+func asCitusRebalancer(ctx context.Context, q Querier, restore string, fn func() error) error {
+	if _, err := q.Exec(ctx, "SELECT set_config('application_name', 'citus_rebalancer gpid=' || citus_backend_gpid(), true)"); err != nil {
+		return fmt.Errorf("name the session as Citus's rebalancer: %w", err)
+	}
+	err := fn()
+	if _, rerr := q.Exec(ctx, "SELECT set_config('application_name', $1, true)", restore); rerr != nil && err == nil {
+		err = rerr
+	}
+	return err
+}
+
+// ActAsCitusRebalancer names the session q runs on as Citus's rebalancer
+// for the rest of the session. Citus creates the shard tables of a move
+// target from such a session; from an ordinary one it refuses a table in a
+// distributed schema (schema-based sharding), taking it for a new tenant
+// table created on a worker.
+func ActAsCitusRebalancer(ctx context.Context, q Querier) error {
+	if _, err := q.Exec(ctx, "SELECT set_config('application_name', 'citus_rebalancer gpid=' || citus_backend_gpid(), false)"); err != nil {
+		return fmt.Errorf("name the session as Citus's rebalancer: %w", err)
+	}
+	return nil
+}
+
+// UpdatePlacements points the placements of ids from group src to group
+// dst in the Citus metadata of the node q runs on, inside q's transaction
+// (citus_internal_update_placement_metadata, which also invalidates
+// Citus's caches when the transaction commits). Every shard must be placed
+// on src there; otherwise nothing changes and an error says so.
+func UpdatePlacements(ctx context.Context, q Querier, ids []int64, src, dst int32) error {
+	return asCitusRebalancer(ctx, q, "shardmover", func() error {
+		return updatePlacements(ctx, q, ids, src, dst)
+	})
+}
+
+func updatePlacements(ctx context.Context, q Querier, ids []int64, src, dst int32) error {
+	for _, id := range ids {
+		if _, err := q.Exec(ctx, "SELECT pg_catalog.citus_internal_update_placement_metadata($1, $2, $3)", id, src, dst); err != nil {
+			return fmt.Errorf("point shard %d from group %d to group %d: %w", id, src, dst, err)
+		}
+	}
+	return nil
+}
+
+// SyncPlacements makes the Citus metadata of the node conn is on agree
+// with a committed decision: every shard of ids still placed on group src
+// there is pointed at dst, in one transaction. It repairs a node whose
+// prepared part of the decision was lost; changed is how many it pointed.
+func SyncPlacements(ctx context.Context, conn *pgx.Conn, ids []int64, src, dst int32) (changed int, err error) {
+	err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `SELECT shardid FROM pg_catalog.pg_dist_placement
+			WHERE shardid = ANY($1) AND groupid = $2 ORDER BY shardid`, ids, src)
+		if err != nil {
+			return err
+		}
+		stale, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+		if err != nil || len(stale) == 0 {
+			return err
+		}
+		changed = len(stale)
+		return UpdatePlacements(ctx, tx, stale, src, dst)
+	})
+	if err != nil {
+		return 0, fmt.Errorf("sync the placements of shards %v: %w", ids, err)
+	}
+	return changed, nil
+}
+
+// PlacementGroups reads, on the node conn is on, the group each of ids is
+// placed on there (a shard with no placement is left out).
+func PlacementGroups(ctx context.Context, conn *pgx.Conn, ids []int64) (map[int64]int32, error) {
+	rows, err := conn.Query(ctx, `SELECT shardid, groupid FROM pg_catalog.pg_dist_placement WHERE shardid = ANY($1)`, ids)
+	if err != nil {
+		return nil, err
+	}
+	out := map[int64]int32{}
+	var id int64
+	var g int32
+	_, err = pgx.ForEachRow(rows, []any{&id, &g}, func() error { out[id] = g; return nil })
+	return out, err
+}
+
+// CitusBusy says what Citus itself is doing that a move must not race: a
+// rebalance job scheduled or running, or a shard move, copy or rebalance
+// of some colocation group holding one of Citus's move locks. It returns
+// "" when Citus is idle. Citus offers no lock a client can take to make
+// its own moves wait for ours, so this is checked before each move and
+// again before each cutover.
+func (c *Catalog) CitusBusy(ctx context.Context) (string, error) {
+	if c.flavor != Citus {
+		return "", nil
+	}
+	var job int64
+	var state string
+	err := c.pool.QueryRow(ctx, `SELECT job_id, state::text FROM pg_catalog.pg_dist_background_job
+		WHERE state::text IN ('scheduled', 'running', 'cancelling', 'failing') ORDER BY job_id LIMIT 1`).Scan(&job, &state)
+	switch {
+	case err == nil:
+		return fmt.Sprintf("Citus background job %d is %s (a rebalance started with citus_rebalance_start); wait for it with SELECT citus_rebalance_wait() or stop it with SELECT citus_rebalance_stop()", job, state), nil
+	case !errors.Is(err, pgx.ErrNoRows):
+		return "", fmt.Errorf("read Citus's background jobs: %w", err)
+	}
+	var pid int32
+	var class int32
+	var key int64
+	err = c.pool.QueryRow(ctx, `SELECT pid, objsubid::int, (classid::int8 << 32) | objid::int8 FROM pg_locks
+		WHERE locktype = 'advisory' AND granted AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+		AND objsubid IN ($1, $2, $3) ORDER BY pid LIMIT 1`,
+		citusLockRebalanceColocation, citusLockPlacementColocation, citusLockShardMove).Scan(&pid, &class, &key)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return "", nil
+	case err != nil:
+		return "", fmt.Errorf("read Citus's move locks: %w", err)
+	}
+	what := map[int32]string{
+		citusLockRebalanceColocation: "a Citus rebalance of colocation group",
+		citusLockPlacementColocation: "a Citus shard move or copy in colocation group",
+		citusLockShardMove:           "a Citus move of shard",
+	}[class]
+	return fmt.Sprintf("%s %d is running (backend pid %d); wait for it to finish", what, key, pid), nil
+}
+
+// EnsureReferenceTables copies Citus reference tables to every node that
+// lacks them (replicate_reference_tables()), as Citus does before any
+// shard move: a node that holds distributed shards must hold every
+// reference table, or Citus refuses queries that join them. It does
+// nothing when no node lacks one, and nothing on compat.
+func (c *Catalog) EnsureReferenceTables(ctx context.Context) error {
+	if c.flavor != Citus {
+		return nil
+	}
+	var missing bool
+	if err := c.pool.QueryRow(ctx, `SELECT EXISTS (
+			SELECT 1 FROM pg_catalog.pg_dist_partition p JOIN pg_catalog.pg_dist_shard s ON s.logicalrelid = p.logicalrelid
+			CROSS JOIN pg_catalog.pg_dist_node n
+			WHERE p.repmodel = 't' AND p.partmethod = 'n' AND n.isactive AND n.noderole = 'primary'
+			AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_dist_placement pl WHERE pl.shardid = s.shardid AND pl.groupid = n.groupid))`).
+		Scan(&missing); err != nil {
+		return fmt.Errorf("check Citus reference tables: %w", err)
+	}
+	if !missing {
+		return nil
+	}
+	ctx2, cancel := context.WithTimeout(ctx, 30*time.Minute)
+	defer cancel()
+	if _, err := c.pool.Exec(ctx2, "SELECT pg_catalog.replicate_reference_tables()"); err != nil {
+		return fmt.Errorf("copy Citus reference tables to the nodes that lack them (replicate_reference_tables()): %w", err)
+	}
+	return nil
+}
+
+// WhyNotMovable explains why shard id is in no movable shard group, or
+// returns "" when the catalog does not know it either.
+func (c *Catalog) WhyNotMovable(ctx context.Context, id int64) (string, error) {
+	var table string
+	var method, repmodel string
+	var colocation int32
+	err := c.pool.QueryRow(ctx, `SELECT s.logicalrelid::regclass::text, p.partmethod::text, p.repmodel::text, p.colocationid
+		FROM `+c.t("pg_dist_shard")+` s JOIN `+c.t("pg_dist_partition")+` p ON p.logicalrelid = s.logicalrelid
+		WHERE s.shardid = $1`, id).Scan(&table, &method, &repmodel, &colocation)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return "", nil
+	case err != nil:
+		return "", err
+	}
+	switch {
+	case repmodel == "t":
+		return fmt.Sprintf("shard %d belongs to the reference table %s, which has a copy on every node and is never moved", id, table), nil
+	case colocation == 0 && method == "n":
+		return fmt.Sprintf("shard %d belongs to the Citus local table %s, which stays on the coordinator", id, table), nil
+	case method == "a" || method == "r":
+		return fmt.Sprintf("shard %d belongs to %s, an append- or range-distributed table, which shardmover does not move", id, table), nil
+	}
+	return fmt.Sprintf("shard %d belongs to %s, which is not moved (it belongs to an extension)", id, table), nil
+}
+
+// citusCleanupOldShard records, in the decision's transaction, that Citus's
+// deferred cleanup drops an old (fenced) shard on group: a pg_dist_cleanup
+// row of object type 1 (shard placement) and policy 2 (deferred on
+// success) under an operation id of Citus's sequence that no running
+// operation holds, so Citus's maintenance daemon (or
+// citus_cleanup_orphaned_resources()) drops it.
+func citusCleanupOldShard(ctx context.Context, tx pgx.Tx, group int32, table string) error {
+	_, err := tx.Exec(ctx, `INSERT INTO pg_catalog.pg_dist_cleanup (record_id, operation_id, object_type, object_name, node_group_id, policy_type)
+		VALUES (nextval('pg_catalog.pg_dist_cleanup_recordid_seq'), nextval('pg_catalog.pg_dist_operationid_seq'), 1, $1, $2, 2)`, table, group)
+	if err != nil {
+		return fmt.Errorf("record the old shard %s for Citus's cleanup: %w", table, err)
+	}
+	return nil
+}
+
+// CitusCleanupPending lists the shard names Citus's cleanup still has to
+// drop (pg_dist_cleanup), for tests and verify.
+func (c *Catalog) CitusCleanupPending(ctx context.Context) ([]string, error) {
+	if c.flavor != Citus {
+		return nil, nil
+	}
+	rows, err := c.pool.Query(ctx, "SELECT object_name FROM pg_catalog.pg_dist_cleanup ORDER BY record_id")
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[string])
+}
+
+// CleanupCitusOrphans runs Citus's own deferred cleanup now
+// (citus_cleanup_orphaned_resources()) instead of waiting for its
+// maintenance daemon.
+func (c *Catalog) CleanupCitusOrphans(ctx context.Context) error {
+	if c.flavor != Citus {
+		return nil
+	}
+	if _, err := c.pool.Exec(ctx, "CALL pg_catalog.citus_cleanup_orphaned_resources()"); err != nil {
+		return fmt.Errorf("run Citus's cleanup: %w", err)
+	}
+	return nil
+}

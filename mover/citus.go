@@ -1,0 +1,231 @@
+package mover
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+
+	"github.com/jackc/pgx/v5"
+	"go.uber.org/zap"
+
+	"github.com/shardmover/shardmover/internal/pgsql"
+	"github.com/shardmover/shardmover/metadata"
+)
+
+// On Citus a cutover also has a part on every node Citus routes queries
+// from (docs/design.md 3.1): Citus-routed writes are blocked there with
+// Citus's metadata lock, and the node's copy of the placements is flipped
+// in a transaction prepared under the fence's gid. The coordinator's part
+// is the decision itself; the source's part rides in the fence. The
+// recovery rule settles every part like the fence.
+
+// citusPart is one metadata node's part of a Citus cutover attempt.
+type citusPart struct {
+	node metadata.Node
+	conn *pgx.Conn
+	tx   pgx.Tx
+}
+
+func (r *run) citus() bool { return r.e.cat.Flavor() == metadata.Citus }
+
+// metadataNodes lists the nodes Citus routes queries from besides the
+// coordinator, by group.
+func (r *run) metadataNodes(ctx context.Context) ([]metadata.Node, error) {
+	nodes, err := r.e.nodes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	all := make([]metadata.Node, 0, len(nodes))
+	for _, n := range nodes {
+		all = append(all, n)
+	}
+	return metadata.MetadataNodes(all), nil
+}
+
+// citusCutover is what a Citus cutover attempt adds to a compat one: the
+// parts on the metadata nodes other than the source, and whether the
+// source keeps metadata too (then its part rides in the fence).
+type citusCutover struct {
+	parts      []*citusPart
+	sourceMeta bool
+}
+
+// openCitus connects, before the pause, to every metadata node but the
+// source. On compat it returns nil.
+func (r *run) openCitus(ctx context.Context) (*citusCutover, error) {
+	if !r.citus() {
+		return nil, nil
+	}
+	nodes, err := r.metadataNodes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	cc := &citusCutover{}
+	for _, n := range nodes {
+		if n.GroupID == r.source.GroupID {
+			cc.sourceMeta = true
+			continue
+		}
+		conn, err := r.e.connect(ctx, n)
+		if err != nil {
+			cc.close(ctx)
+			return nil, err
+		}
+		cc.parts = append(cc.parts, &citusPart{node: n, conn: conn})
+	}
+	return cc, nil
+}
+
+func (cc *citusCutover) close(ctx context.Context) {
+	if cc == nil {
+		return
+	}
+	for _, p := range cc.parts {
+		if p.tx != nil {
+			_ = p.tx.Rollback(context.WithoutCancel(ctx))
+		}
+		_ = p.conn.Close(context.WithoutCancel(ctx))
+	}
+}
+
+// lockCitusWrites blocks Citus-routed writes to m's shards on every
+// metadata node, in group order, after the coordinator (the decision
+// holds its lock) and before the source table lock: on the source inside
+// the fence's transaction src, elsewhere in each part's own transaction.
+func (r *run) lockCitusWrites(ctx context.Context, m metadata.Move, src pgx.Tx, cc *citusCutover, lockTimeout string) error {
+	type step struct {
+		group int32
+		lock  func() error
+	}
+	var steps []step
+	if cc.sourceMeta {
+		steps = append(steps, step{r.source.GroupID, func() error { return metadata.LockShardMetadata(ctx, src, m.ShardIDs) }})
+	}
+	for _, p := range cc.parts {
+		steps = append(steps, step{p.node.GroupID, func() error {
+			tx, err := p.conn.Begin(ctx)
+			if err != nil {
+				return err
+			}
+			p.tx = tx
+			if _, err := tx.Exec(ctx, "SELECT set_config('lock_timeout', $1, true)", lockTimeout); err != nil {
+				return err
+			}
+			return metadata.LockShardMetadata(ctx, tx, m.ShardIDs)
+		}})
+	}
+	sort.SliceStable(steps, func(i, j int) bool { return steps[i].group < steps[j].group })
+	for _, s := range steps {
+		if err := s.lock(); err != nil {
+			return fmt.Errorf("block Citus writes on node group %d: %w", s.group, err)
+		}
+	}
+	return nil
+}
+
+// prepareCitusParts flips the placements in every part and prepares it
+// under gid. The source's own flip is done in the fence (before it is
+// prepared) by the caller.
+func (r *run) prepareCitusParts(ctx context.Context, m metadata.Move, parts []*citusPart, gid string) error {
+	for _, p := range parts {
+		if err := metadata.UpdatePlacements(ctx, p.tx, m.ShardIDs, m.SourceGroup, m.TargetGroup); err != nil {
+			return fmt.Errorf("flip placements on %s: %w", p.node.Addr(), err)
+		}
+		if _, err := pgsql.ExecOne(ctx, p.conn, "PREPARE TRANSACTION "+quoteLiteral(gid)); err != nil {
+			return fmt.Errorf("prepare the placement flip on %s: %w", p.node.Addr(), err)
+		}
+		p.tx = nil // prepared: no longer this session's
+	}
+	return nil
+}
+
+// commitCitusParts commits every prepared part after the decision. A
+// failure leaves it to the cleanup phase's settlement.
+func (r *run) commitCitusParts(ctx context.Context, parts []*citusPart, gid string) {
+	for _, p := range parts {
+		if _, err := settlePrepared(ctx, p.conn, gid, true); err != nil {
+			r.log.Warn("committing the placement flip on a metadata node failed; the cleanup phase settles it",
+				zap.String("node", p.node.Addr()), zap.Error(err))
+		}
+	}
+}
+
+// settleCitusParts applies a settled decision to move m's parts on every
+// metadata node but the source; after a committed decision it also makes
+// each node's placements agree with it (a part someone rolled back is
+// redone). A node that cannot be reached is left to Recover, which settles
+// its parts when it is back.
+func (r *run) settleCitusParts(ctx context.Context, m metadata.Move, st metadata.Settlement) error {
+	if !r.citus() {
+		return nil
+	}
+	nodes, err := r.metadataNodes(ctx)
+	if err != nil {
+		return err
+	}
+	for _, n := range nodes {
+		if n.GroupID == r.source.GroupID {
+			continue
+		}
+		err := r.settleCitusPart(ctx, m, st, n)
+		if errors.Is(err, metadata.ErrUnreachable) {
+			r.log.Warn("a metadata node is unreachable; its part of the cutover is settled when it is back", zap.String("node", n.Addr()), zap.Error(err))
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("settle the cutover on %s: %w", n.Addr(), err)
+		}
+	}
+	return nil
+}
+
+func (r *run) settleCitusPart(ctx context.Context, m metadata.Move, st metadata.Settlement, n metadata.Node) error {
+	conn, err := r.e.connect(ctx, n)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	if _, err := settleFences(ctx, conn, m.ID, st); err != nil {
+		return err
+	}
+	if !st.Committed {
+		return nil
+	}
+	changed, err := metadata.SyncPlacements(ctx, conn, m.ShardIDs, m.SourceGroup, m.TargetGroup)
+	if err != nil {
+		return err
+	}
+	if changed > 0 {
+		r.log.Error("a metadata node still placed the moved shards on the source after the decision; pointed them at the target",
+			zap.String("node", n.Addr()), zap.Int("shards", changed))
+	}
+	return nil
+}
+
+// syncSourcePlacements does for the source what settleCitusPart does for
+// the other metadata nodes, once its fence is settled after a committed
+// decision.
+func (r *run) syncSourcePlacements(ctx context.Context, m metadata.Move, src *pgx.Conn) error {
+	if !r.citus() || !r.sourceHasMetadata(ctx) {
+		return nil
+	}
+	changed, err := metadata.SyncPlacements(ctx, src, m.ShardIDs, m.SourceGroup, m.TargetGroup)
+	if changed > 0 {
+		r.log.Error("the source still placed the moved shards on itself after the decision; pointed them at the target", zap.Int("shards", changed))
+	}
+	return err
+}
+
+func (r *run) sourceHasMetadata(ctx context.Context) bool {
+	nodes, err := r.metadataNodes(ctx)
+	if err != nil {
+		return true
+	}
+	for _, n := range nodes {
+		if n.GroupID == r.source.GroupID {
+			return true
+		}
+	}
+	return false
+}
