@@ -456,15 +456,21 @@ func (b *balancer) acceptLoads(sLoad, sCap, tLoad, tCap, tMax, c float64) bool {
 	if tLoad+c > tMax {
 		return false
 	}
+	return citusAccepts(sLoad, sCap, tLoad, tCap, c, b.p.in.ImprovementThreshold)
+}
+
+// citusAccepts is Citus's rule for moving cost c from a source to a
+// target, without MaxCost (see accept).
+func citusAccepts(sLoad, sCap, tLoad, tCap, c, improvementThreshold float64) bool {
 	uS, uT := sLoad/sCap, tLoad/tCap
 	nS, nT := (sLoad-c)/sCap, (tLoad+c)/tCap
 	if !(nT < uS || nT == uS && nS > uT) {
 		return false
 	}
-	if nT <= nS || b.p.in.ImprovementThreshold == 0 {
+	if nT <= nS || improvementThreshold == 0 {
 		return true
 	}
-	return improvementRatio(uS, uT, nS, nT) >= b.p.in.ImprovementThreshold
+	return improvementRatio(uS, uT, nS, nT) >= improvementThreshold
 }
 
 // improvementRatio is Citus's normalized utilization improvement.

@@ -99,6 +99,7 @@ func Plan(in Input) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
+	tried := []outcome{best}
 	orders := []bool{true}
 	if best.forced {
 		orders = append(orders, false)
@@ -118,12 +119,33 @@ func Plan(in Input) (Result, error) {
 			if err != nil {
 				return Result{}, err
 			}
+			tried = append(tried, alt)
 			if alt.better(best) {
 				best = alt
 			}
 		}
 	}
-	return best.result(), nil
+	// Then spread every colocation group and, with by_disk_size, the bytes
+	// (see repair.go), on the plan chosen; when that leaves something to
+	// improve, on the other plans too, and keep the best.
+	r := repairPlan(best.p, best.lo, best.hi)
+	if score := r.score(); !score.perfect() {
+		for _, alt := range tried {
+			if alt.p == best.p {
+				continue
+			}
+			ra := repairPlan(alt.p, alt.lo, alt.hi)
+			if s := ra.score(); s.better(score) {
+				best, r, score = alt, ra, s
+			}
+		}
+	}
+	r.rewrite()
+	best.measure()
+	res := best.result()
+	res.BytesLimit = r.bytesLimit()
+	res.BytesBalanced = res.BytesLimit == nil
+	return res, nil
 }
 
 // outcome is one finished plan with what Plan compares.
@@ -177,10 +199,19 @@ func planOnce(in *Input, rule pickRule, restrictedFirst bool, cands *[][]int32) 
 	for i := range o.before {
 		o.before[i].Eligible = p.nodes[i].eligible()
 	}
+	o.measure()
+	return o, nil
+}
+
+// measure fills in what the plan leads to.
+func (o *outcome) measure() {
+	p := o.p
 	o.after = p.after(o.before)
+	o.movedBytes = 0
 	for _, s := range p.steps {
 		o.movedBytes += p.groups[s.g].Bytes
 	}
+	o.violation = 0
 	o.balanced = true
 	eps := bandEps(o.avg)
 	for i, u := range o.after {
@@ -194,7 +225,6 @@ func planOnce(in *Input, rule pickRule, restrictedFirst bool, cands *[][]int32) 
 		}
 	}
 	o.balanceMoves = p.balanceMoves
-	return o, nil
 }
 
 // result turns the outcome into the Result.

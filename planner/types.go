@@ -76,11 +76,17 @@ const (
 	// ReasonNotAllowed: a placement rule (PinnedTo, AvoidNodes, or
 	// Input.Allowed) forbids the group on its current node.
 	ReasonNotAllowed
-	// ReasonBalance: the move brings node utilizations closer together.
+	// ReasonBalance: the move brings node utilizations closer together
+	// (Citus's rule accepts it at its point of the plan).
 	ReasonBalance
+	// ReasonSpread: the move spreads a colocation group's shards over the
+	// nodes, or evens out the nodes' bytes (by_disk_size), without taking
+	// any node further outside the band; Citus's rule alone would not make
+	// it, often because it is one half of a swap.
+	ReasonSpread
 )
 
-var reasonNames = [...]string{ReasonDrain: "drain", ReasonIsolate: "isolate", ReasonNotAllowed: "not_allowed", ReasonBalance: "balance"}
+var reasonNames = [...]string{ReasonDrain: "drain", ReasonIsolate: "isolate", ReasonNotAllowed: "not_allowed", ReasonBalance: "balance", ReasonSpread: "spread"}
 
 // String returns the reason's snake_case name.
 func (r Reason) String() string {
@@ -335,4 +341,24 @@ type Result struct {
 	// balance further. False when MaxMoves or DrainOnly stopped the plan
 	// early.
 	Converged bool `json:"converged"`
+	// BytesBalanced: with by_disk_size, after the plan every eligible
+	// node's bytes are within (1 ± Threshold) × the average bytes per unit
+	// of capacity. Always true for other strategies and cost functions,
+	// which do not balance bytes.
+	BytesBalanced bool `json:"bytes_balanced"`
+	// BytesLimit, when BytesBalanced is false, names the group that keeps
+	// the nodes' bytes out of the band (too large for the band, not
+	// allowed to move, or no move or swap helps without unbalancing cost
+	// or a colocation's spread), the node that stays outside it, and why.
+	BytesLimit *Limit `json:"bytes_limit,omitempty"`
+}
+
+// Limit names what keeps a plan from a goal: a group (empty when none is
+// to blame), the node left outside the band, and a sentence.
+type Limit struct {
+	GroupID  string `json:"group_id,omitempty"`
+	Bytes    int64  `json:"bytes"`
+	Node     int64  `json:"node"`
+	NodeName string `json:"node_name"`
+	Detail   string `json:"detail"`
 }

@@ -1,0 +1,1204 @@
+package planner
+
+import (
+	"cmp"
+	"fmt"
+	"math"
+	"slices"
+
+	"github.com/shardmover/shardmover/internal/units"
+)
+
+// The repair pass runs once, on the plan Plan chose, after balancing. That
+// plan balances cost (node totals); repair then works on where every group
+// ends, with a lexicographic goal:
+//
+//  1. never more cost outside the band on any pair of nodes it touches than
+//     before (so the plan is never less balanced than balancing left it);
+//  2. every colocation group spread over the nodes that may hold it: on a
+//     node of capacity w, out of W for all its nodes, a colocation of k
+//     groups has floor(k·w/W) or ceil(k·w/W) of them (counts differing by
+//     at most one when capacities are equal);
+//  3. with by_disk_size, every node's bytes within the threshold band of
+//     the average bytes per unit of capacity;
+//  4. as few moves and as few moved bytes as those allow.
+//
+// It changes where groups go, by steps that each strictly improve 2 (or,
+// once 2 can improve no further, 3) without making 1, 2 or 3 worse: move a
+// group to another node, or move it and send one back (a swap, so node
+// totals barely change). A group that already moves in the plan is
+// retargeted (its move rewritten, so it still moves once) or, when it goes
+// back where it came from, its move is dropped; other groups get a new move
+// at the end of the plan. Last, moves whose undoing makes nothing worse are
+// dropped. Nodes with a MaxCost never receive a group they did not receive
+// before, so the ceiling holds at every point of the plan. The work is
+// bounded (repairBudget evaluations per group), so large plans stay fast.
+type repairer struct {
+	p        *planner
+	lo, hi   float64 // cost band, per unit of capacity
+	bytesOn  bool    // balance bytes too (by_disk_size without a cost function)
+	bLo, bHi float64 // byte band, per unit of capacity
+	eps      float64 // cost tolerance per unit of capacity
+	bEps     float64 // byte tolerance per unit of capacity
+
+	node    []int32 // final node of each group
+	origin  []int32 // node each group starts on
+	step    []int32 // index of the group's move in p.steps, or -1
+	forced  []bool  // the group's move is a drain, isolation or rule move
+	movable []bool
+	budget  int  // moves that may still be added (MaxMoves, DrainOnly)
+	changed bool // some group ends elsewhere than the plan had it
+	work    int  // evaluations left
+
+	load  []float64
+	bytes []float64
+	cnt   colocCounts
+	at    [][]int32 // movable groups on each node
+	atPos []int32   // position of each movable group in at[node]
+
+	colocs int
+	k      []int32   // per colocation: groups on its nodes
+	capSum []float64 // per colocation: capacity of its nodes
+	allowC []bool    // colocation*nodes+node, when Input.Allowed is set
+	first  []int32   // first group of each colocation
+}
+
+// repairBudget is how many candidate evaluations repair may spend per
+// group of the input.
+const repairBudget = 100
+
+func newRepairer(p *planner, lo, hi float64) *repairer {
+	in := p.in
+	nn, ng := len(p.nodes), len(p.groups)
+	r := &repairer{p: p, lo: lo, hi: hi, eps: bandEps((lo + hi) / 2)}
+	r.node = make([]int32, ng)
+	r.origin = make([]int32, ng)
+	r.step = make([]int32, ng)
+	r.forced = make([]bool, ng)
+	r.movable = make([]bool, ng)
+	for i := range p.groups {
+		o := p.byID[p.groups[i].Group.Node]
+		r.node[i], r.origin[i], r.step[i] = o, o, -1
+	}
+	nonForced := 0
+	for si, s := range p.steps {
+		r.node[s.g], r.step[s.g] = s.to, int32(si)
+		r.forced[s.g] = s.reason != ReasonBalance
+		if !r.forced[s.g] {
+			nonForced++
+		}
+	}
+	switch {
+	case in.DrainOnly:
+		r.budget = 0
+	case in.MaxMoves >= 0:
+		r.budget = max(0, in.MaxMoves-nonForced)
+	default:
+		r.budget = math.MaxInt
+	}
+	r.work = repairBudget * (ng + 1)
+
+	r.load = make([]float64, nn)
+	r.bytes = make([]float64, nn)
+	if ng > 0 {
+		r.colocs = int(p.groups[ng-1].coloc) + 1
+	}
+	r.cnt = newColocCounts(nn, r.colocs)
+	r.first = make([]int32, r.colocs)
+	for i := ng - 1; i >= 0; i-- {
+		r.first[p.groups[i].coloc] = int32(i)
+	}
+	if in.Allowed != nil && r.colocs*nn <= 1<<24 {
+		r.allowC = make([]bool, r.colocs*nn)
+		for c := range r.colocs {
+			g := p.groups[r.first[c]].Group
+			for n := range nn {
+				r.allowC[c*nn+n] = p.nodes[n].eligible() && in.Allowed(*g, p.nodes[n].Node)
+			}
+		}
+	}
+	for i := range p.groups {
+		g := &p.groups[i]
+		n := r.node[i]
+		r.load[n] += g.cost
+		r.bytes[n] += float64(g.Bytes)
+		if r.inC(n, g.coloc) {
+			r.cnt.add(n, g.coloc, 1)
+		}
+	}
+	r.k = make([]int32, r.colocs)
+	r.capSum = make([]float64, r.colocs)
+	for c := range r.colocs {
+		for n := range nn {
+			if r.inC(int32(n), int32(c)) {
+				r.capSum[c] += p.nodes[n].cap
+				r.k[c] += r.cnt.get(int32(n), int32(c))
+			}
+		}
+	}
+
+	r.bytesOn = in.Strategy == ByDiskSize && in.Cost == nil
+	var total, capacity float64
+	for n := range p.nodes {
+		if p.nodes[n].eligible() {
+			total += r.bytes[n]
+			capacity += p.nodes[n].cap
+		}
+	}
+	if capacity > 0 {
+		avg := total / capacity
+		r.bLo, r.bHi = math.Max(0, (1-in.Threshold)*avg), (1+in.Threshold)*avg
+		r.bEps = bandEps(avg)
+	}
+
+	r.at = make([][]int32, nn)
+	r.atPos = make([]int32, ng)
+	for i := range p.groups {
+		g := &p.groups[i]
+		n := r.node[i]
+		ok := !g.Excluded && !g.Isolate && !p.skipSet[int32(i)] && p.nodes[n].eligible() && r.inC(n, g.coloc)
+		if ok && r.step[i] < 0 && g.done {
+			ok = false // had to stay (isolation, a skipped forced move)
+		}
+		r.movable[i] = ok
+		if ok {
+			r.atPos[i] = int32(len(r.at[n]))
+			r.at[n] = append(r.at[n], int32(i))
+		}
+	}
+	return r
+}
+
+// inC reports whether node n is one of the nodes colocation c spreads over:
+// an eligible node that Input.Allowed allows for the colocation's first
+// group.
+func (r *repairer) inC(n, c int32) bool {
+	p := r.p
+	if !p.nodes[n].eligible() {
+		return false
+	}
+	if p.in.Allowed == nil {
+		return true
+	}
+	if r.allowC != nil {
+		return r.allowC[int(c)*len(p.nodes)+int(n)]
+	}
+	return p.in.Allowed(*p.groups[r.first[c]].Group, p.nodes[n].Node)
+}
+
+// quota returns the fewest and most groups of colocation c that node n
+// should hold.
+func (r *repairer) quota(n, c int32) (int32, int32) {
+	q := float64(r.k[c]) * r.p.nodes[n].cap / r.capSum[c]
+	return int32(math.Floor(q + 1e-9)), int32(math.Ceil(q - 1e-9))
+}
+
+// spreadV is how far node n's count of colocation c is outside its quota.
+func (r *repairer) spreadV(n, c, count int32) int32 {
+	lo, hi := r.quota(n, c)
+	return max(0, count-hi) + max(0, lo-count)
+}
+
+func (r *repairer) costV(n int32, load float64) float64 {
+	c := r.p.nodes[n].cap
+	return max(0, load-r.hi*c) + max(0, r.lo*c-load)
+}
+
+func (r *repairer) byteV(n int32, b float64) float64 {
+	if !r.bytesOn {
+		return 0
+	}
+	c := r.p.nodes[n].cap
+	return max(0, b-r.bHi*c) + max(0, r.bLo*c-b)
+}
+
+// canGo reports whether group gi may end on node t instead of where it
+// ends now.
+func (r *repairer) canGo(gi, t int32) bool {
+	p := r.p
+	g := &p.groups[gi]
+	if t == r.node[gi] || !r.inC(t, g.coloc) || !math.IsInf(p.nodes[t].maxCost, 1) {
+		return false
+	}
+	if g.restricted && !p.ruleAllows(g, t) {
+		return false
+	}
+	return r.movesDelta(gi, t) <= 0 || r.budget > 0
+}
+
+// movesDelta is the change in the plan's move count if gi ends on t.
+func (r *repairer) movesDelta(gi, t int32) int {
+	if r.forced[gi] {
+		return 0
+	}
+	return b2i(t != r.origin[gi]) - b2i(r.node[gi] != r.origin[gi])
+}
+
+// option is one repair step: g goes from a to b and, when h >= 0, h goes
+// from b to a.
+type option struct {
+	g, h    int32
+	a, b    int32
+	dSpread int32
+	dCost   float64
+	dBytes  float64
+	dMoves  int
+	moved   int64 // bytes of the groups that move in the plan after the step
+	dMoved  int64 // change in the plan's moved bytes
+}
+
+// eval fills in what option o changes.
+func (r *repairer) eval(o *option) {
+	p := r.p
+	r.work--
+	G := &p.groups[o.g]
+	cg, bg := G.cost, float64(G.Bytes)
+	ch, bh := 0.0, 0.0
+	var H *groupState
+	if o.h >= 0 {
+		H = &p.groups[o.h]
+		ch, bh = H.cost, float64(H.Bytes)
+	}
+	a, b := o.a, o.b
+	la, lb := r.load[a]-cg+ch, r.load[b]+cg-ch
+	o.dCost = r.costV(a, la) + r.costV(b, lb) - r.costV(a, r.load[a]) - r.costV(b, r.load[b])
+	ba, bb := r.bytes[a]-bg+bh, r.bytes[b]+bg-bh
+	o.dBytes = r.byteV(a, ba) + r.byteV(b, bb) - r.byteV(a, r.bytes[a]) - r.byteV(b, r.bytes[b])
+	o.dSpread = 0
+	if H == nil || H.coloc != G.coloc {
+		ca, cb := r.cnt.get(a, G.coloc), r.cnt.get(b, G.coloc)
+		o.dSpread += r.spreadV(a, G.coloc, ca-1) + r.spreadV(b, G.coloc, cb+1) - r.spreadV(a, G.coloc, ca) - r.spreadV(b, G.coloc, cb)
+		if H != nil {
+			ca, cb = r.cnt.get(a, H.coloc), r.cnt.get(b, H.coloc)
+			o.dSpread += r.spreadV(a, H.coloc, ca+1) + r.spreadV(b, H.coloc, cb-1) - r.spreadV(a, H.coloc, ca) - r.spreadV(b, H.coloc, cb)
+		}
+	}
+	o.dMoves = r.movesDelta(o.g, b)
+	o.moved, o.dMoved = 0, 0
+	if b != r.origin[o.g] {
+		o.moved += G.Bytes
+	}
+	if r.node[o.g] != r.origin[o.g] {
+		o.dMoved -= G.Bytes
+	}
+	if H != nil {
+		o.dMoves += r.movesDelta(o.h, a)
+		if a != r.origin[o.h] {
+			o.moved += H.Bytes
+		}
+		if r.node[o.h] != r.origin[o.h] {
+			o.dMoved -= H.Bytes
+		}
+	}
+	o.dMoved += o.moved
+}
+
+// worthIt applies the improvement threshold to a byte step: the bytes it
+// brings into the band must be at least ImprovementThreshold times the
+// bytes it adds to the plan's moves (Citus's rule against moving much for
+// little gain).
+func (r *repairer) worthIt(o *option) bool {
+	it := r.p.in.ImprovementThreshold
+	return it == 0 || o.dMoved <= 0 || -o.dBytes >= it*float64(o.dMoved)
+}
+
+// costOK: the step leaves the two nodes no further outside the cost band.
+func (r *repairer) costOK(o *option) bool {
+	return o.dCost <= r.eps*(r.p.nodes[o.a].cap+r.p.nodes[o.b].cap)
+}
+
+func (r *repairer) bytesTol(o *option) float64 {
+	return r.bEps * (r.p.nodes[o.a].cap + r.p.nodes[o.b].cap)
+}
+
+// better orders valid options of the spread pass: less spread, then fewer
+// added moves, then less cost outside the band, then fewer bytes outside
+// it, then fewer moved bytes, then group order.
+func (r *repairer) better(x, y *option) bool {
+	if y.g < 0 {
+		return true
+	}
+	ce := r.eps * (r.p.nodes[x.a].cap + r.p.nodes[x.b].cap)
+	be := r.bytesTol(x)
+	switch {
+	case x.dSpread != y.dSpread:
+		return x.dSpread < y.dSpread
+	case x.dMoves != y.dMoves:
+		return x.dMoves < y.dMoves
+	case math.Abs(x.dCost-y.dCost) > ce:
+		return x.dCost < y.dCost
+	case math.Abs(x.dBytes-y.dBytes) > be:
+		return x.dBytes < y.dBytes
+	case x.moved != y.moved:
+		return x.moved < y.moved
+	case x.g != y.g:
+		return x.g < y.g
+	}
+	return x.h < y.h
+}
+
+// apply makes option o.
+func (r *repairer) apply(o *option) {
+	r.budget -= o.dMoves
+	r.relocate(o.g, o.b)
+	if o.h >= 0 {
+		r.relocate(o.h, o.a)
+	}
+}
+
+func (r *repairer) relocate(gi, t int32) {
+	p := r.p
+	g := &p.groups[gi]
+	s := r.node[gi]
+	r.changed = true
+	r.load[s] -= g.cost
+	r.load[t] += g.cost
+	r.bytes[s] -= float64(g.Bytes)
+	r.bytes[t] += float64(g.Bytes)
+	r.cnt.add(s, g.coloc, -1)
+	r.cnt.add(t, g.coloc, 1)
+	// leave at[s]
+	i := r.atPos[gi]
+	last := int32(len(r.at[s]) - 1)
+	moved := r.at[s][last]
+	r.at[s][i] = moved
+	r.atPos[moved] = i
+	r.at[s] = r.at[s][:last]
+	r.atPos[gi] = int32(len(r.at[t]))
+	r.at[t] = append(r.at[t], gi)
+	r.node[gi] = t
+}
+
+// repairPlan runs the repair pass on p (see repairer) and returns the
+// repairer with the final placement; rewrite then makes it the plan. Two
+// variants are tried when moves are not limited: local steps alone, and a
+// redistribution of every colocation group to its quotas first (global);
+// the better final placement is kept (see repairScore). The global variant
+// goes first when colocations are not spread; when it leaves no more cost
+// outside the band than the plan had, it is kept without trying the local
+// one.
+func repairPlan(p *planner, lo, hi float64) *repairer {
+	r := newRepairer(p, lo, hi)
+	if r.budget == math.MaxInt && r.spreadTotal() > 0 {
+		was := r.score()
+		g := newRepairer(p, lo, hi)
+		g.global()
+		g.improve()
+		if gs := g.score(); gs.costV <= was.costV+was.costEps {
+			return g
+		} else if r.improve(); gs.better(r.score()) {
+			return g
+		}
+		return r
+	}
+	r.improve()
+	return r
+}
+
+// improve runs the local steps: spread, then bytes, then dropping moves.
+func (r *repairer) improve() {
+	for r.work > 0 && r.spreadRound() {
+	}
+	if r.bytesOn {
+		for r.work > 0 && r.bytesRound() {
+		}
+	}
+	r.trim()
+}
+
+// repairScore is what decides between repair variants and between the
+// plans Plan tried: less cost outside the band, then less spread, then
+// fewer bytes outside the byte band, then fewer moves, then fewer moved
+// bytes.
+type repairScore struct {
+	costV, costEps float64
+	spread         int
+	bytesV, bEps   float64
+	moves          int
+	moved          int64
+}
+
+func (x repairScore) better(y repairScore) bool {
+	switch {
+	case math.Abs(x.costV-y.costV) > x.costEps:
+		return x.costV < y.costV
+	case x.spread != y.spread:
+		return x.spread < y.spread
+	case math.Abs(x.bytesV-y.bytesV) > x.bEps:
+		return x.bytesV < y.bytesV
+	case x.moves != y.moves:
+		return x.moves < y.moves
+	}
+	return x.moved < y.moved
+}
+
+func (r *repairer) score() repairScore {
+	p := r.p
+	s := repairScore{spread: r.spreadTotal()}
+	for n := range p.nodes {
+		n := int32(n)
+		if !p.nodes[n].eligible() {
+			continue
+		}
+		s.costV += r.costV(n, r.load[n])
+		s.bytesV += r.byteV(n, r.bytes[n])
+		s.costEps += r.eps * p.nodes[n].cap
+		s.bEps += r.bEps * p.nodes[n].cap
+	}
+	for gi := range p.groups {
+		if r.node[gi] != r.origin[gi] {
+			s.moves++
+			s.moved += p.groups[gi].Bytes
+		}
+	}
+	return s
+}
+
+// perfect reports whether nothing is left to improve but moves: cost and
+// bytes within their bands and every colocation spread.
+func (s repairScore) perfect() bool {
+	return s.costV <= s.costEps && s.spread == 0 && s.bytesV <= s.bEps
+}
+
+// spreadTotal is the summed distance of every colocation's counts from
+// their quotas.
+func (r *repairer) spreadTotal() int {
+	t := 0
+	for c := int32(0); c < int32(r.colocs); c++ {
+		for n := range r.p.nodes {
+			if r.inC(int32(n), c) {
+				t += int(r.spreadV(int32(n), c, r.cnt.get(int32(n), c)))
+			}
+		}
+	}
+	return t
+}
+
+// global sends every colocation group to its quotas in one sweep, without
+// regard to the cost band (the caller compares the outcome), like Citus's
+// per-colocation rebalancing with the fewest moves:
+//   - per colocation, each node gets floor(q) or ceil(q) groups: the
+//     ceilings go to the nodes with the fewest groups planned so far, then
+//     to those holding more of the colocation now;
+//   - each node keeps (or gets back, dropping their moves) as many of the
+//     groups that started on it as its count allows, chosen so that their
+//     bytes add up to about the colocation's mean per group (see keep);
+//   - the other groups go, largest first over all colocations, each to the
+//     node with the fewest bytes per unit of capacity that still needs a
+//     group of its colocation.
+func (r *repairer) global() {
+	p := r.p
+	nn := len(p.nodes)
+	byColoc := make([][]int32, r.colocs)
+	for gi := range p.groups {
+		if r.movable[gi] {
+			c := p.groups[gi].coloc
+			byColoc[c] = append(byColoc[c], int32(gi))
+		}
+	}
+	planned := make([]float64, nn) // groups assigned so far, per node
+	fill := make([]float64, nn)    // bytes of the groups placed so far, per node
+	for gi := range p.groups {
+		if !r.movable[gi] {
+			fill[r.node[gi]] += float64(p.groups[gi].Bytes)
+		}
+	}
+	need := newColocCounts(nn, r.colocs)
+	dest := make([]int32, len(p.groups))
+	var pool []int32
+	target := make([]int32, nn)
+	home := map[int32][]int32{} // movable groups of the colocation by origin; lookups only
+	for c := int32(0); c < int32(r.colocs); c++ {
+		gs := byColoc[c]
+		if len(gs) == 0 {
+			continue
+		}
+		var mean float64
+		for _, gi := range gs {
+			mean += float64(p.groups[gi].Bytes)
+		}
+		mean /= float64(len(gs))
+		var nodes, extra []int32
+		var sum int32
+		for n := range p.nodes {
+			n := int32(n)
+			if r.inC(n, c) {
+				nodes = append(nodes, n)
+				lo, hi := r.quota(n, c)
+				target[n] = lo
+				sum += lo
+				if hi > lo {
+					extra = append(extra, n)
+				}
+			}
+		}
+		slices.SortFunc(extra, func(a, b int32) int {
+			pa, pb := (planned[a]+float64(target[a]))/p.nodes[a].cap, (planned[b]+float64(target[b]))/p.nodes[b].cap
+			return cmp.Or(cmp.Compare(pa, pb), cmp.Compare(r.cnt.get(b, c), r.cnt.get(a, c)), cmp.Compare(a, b))
+		})
+		for i := 0; i < len(extra) && sum < r.k[c]; i++ {
+			target[extra[i]]++
+			sum++
+		}
+		clear(home)
+		movableOn := map[int32]int32{}
+		for _, gi := range gs {
+			movableOn[r.node[gi]]++
+			if o := r.origin[gi]; r.inC(o, c) && r.canHome(gi) {
+				home[o] = append(home[o], gi)
+			} else {
+				pool = append(pool, gi)
+			}
+		}
+		for _, n := range nodes {
+			planned[n] += float64(target[n])
+			free := int(target[n]) - (int(r.cnt.get(n, c)) - int(movableOn[n])) // less the groups that may not move
+			hs := home[n]
+			out := r.keep(hs, min(max(free, 0), len(hs)), mean)
+			pool = append(pool, out...)
+			kept := 0
+			for _, gi := range hs {
+				if !slices.Contains(out, gi) {
+					dest[gi] = n
+					fill[n] += float64(p.groups[gi].Bytes)
+					kept++
+				}
+			}
+			need.add(n, c, int32(max(free-kept, 0)))
+		}
+	}
+	// The rest, largest first, each to the emptiest node that needs one of
+	// its colocation (a lazy heap per colocation: fills only grow, so an
+	// entry whose fill is stale is pushed again with the fill of now).
+	slices.SortFunc(pool, func(a, b int32) int {
+		return cmp.Or(cmp.Compare(p.groups[b].Bytes, p.groups[a].Bytes), cmp.Compare(a, b))
+	})
+	type entry struct {
+		n    int32
+		fill float64
+	}
+	heaps := make([]*heap[entry], r.colocs)
+	for c := range heaps {
+		heaps[c] = newHeap(func(a, b entry) bool {
+			if a.fill != b.fill {
+				return a.fill < b.fill
+			}
+			return a.n < b.n
+		})
+		for n := range p.nodes {
+			if need.get(int32(n), int32(c)) > 0 {
+				heaps[c].push(entry{int32(n), fill[n] / p.nodes[n].cap})
+			}
+		}
+	}
+	var held []entry
+	for _, gi := range pool {
+		c := p.groups[gi].coloc
+		h := heaps[c]
+		dest[gi] = r.node[gi]
+		held = held[:0]
+		for h.len() > 0 && len(held) < 64 {
+			e := h.pop()
+			if need.get(e.n, c) <= 0 {
+				continue
+			}
+			if cur := fill[e.n] / p.nodes[e.n].cap; cur != e.fill {
+				h.push(entry{e.n, cur})
+				continue
+			}
+			if e.n != r.node[gi] && !r.canGo(gi, e.n) {
+				held = append(held, e)
+				continue
+			}
+			dest[gi] = e.n
+			need.add(e.n, c, -1)
+			fill[e.n] += float64(p.groups[gi].Bytes)
+			if need.get(e.n, c) > 0 {
+				h.push(entry{e.n, fill[e.n] / p.nodes[e.n].cap})
+			}
+			break
+		}
+		for _, e := range held {
+			h.push(e)
+		}
+		if dest[gi] == r.node[gi] && need.get(r.node[gi], c) > 0 {
+			need.add(r.node[gi], c, -1)
+		}
+	}
+	for c := range byColoc {
+		for _, gi := range byColoc[c] {
+			if t := dest[gi]; t != r.node[gi] {
+				r.budget -= r.movesDelta(gi, t)
+				r.relocate(gi, t)
+			}
+		}
+	}
+}
+
+// canHome reports whether group gi may end on the node it started on.
+func (r *repairer) canHome(gi int32) bool {
+	o := r.origin[gi]
+	return o == r.node[gi] || !r.forced[gi] && r.canGo(gi, o)
+}
+
+// keep chooses which of gs (the movable groups of one colocation on one
+// node) stay so that k of them stay, with bytes adding up to about k times
+// mean: slot by slot, the group closest to what the remaining slots should
+// hold on average, groups that did not move before preferred on a tie. It
+// returns the others.
+func (r *repairer) keep(gs []int32, k int, mean float64) []int32 {
+	p := r.p
+	if k <= 0 {
+		return gs
+	}
+	if k >= len(gs) {
+		return nil
+	}
+	slices.SortFunc(gs, func(a, b int32) int {
+		return cmp.Or(cmp.Compare(p.groups[a].Bytes, p.groups[b].Bytes), cmp.Compare(a, b))
+	})
+	rest := slices.Clone(gs)
+	want := mean * float64(k)
+	for m := k; m > 0; m-- {
+		aim := want / float64(m)
+		i, _ := slices.BinarySearchFunc(rest, aim, func(g int32, v float64) int { return cmp.Compare(float64(p.groups[g].Bytes), v) })
+		j := i
+		if j == len(rest) || j > 0 && aim-float64(p.groups[rest[j-1]].Bytes) <= float64(p.groups[rest[j]].Bytes)-aim {
+			j--
+		}
+		want -= float64(p.groups[rest[j]].Bytes)
+		rest = slices.Delete(rest, j, j+1)
+	}
+	return rest
+}
+
+// spreadRound fixes each colocation's spread as far as it can; it reports
+// whether anything changed.
+func (r *repairer) spreadRound() bool {
+	p := r.p
+	changed := false
+	var over, need []int32
+	for c := int32(0); c < int32(r.colocs) && r.work > 0; c++ {
+		over, need = over[:0], need[:0]
+		for n := range p.nodes {
+			n := int32(n)
+			if !r.inC(n, c) {
+				continue
+			}
+			lo, hi := r.quota(n, c)
+			cn := r.cnt.get(n, c)
+			if cn > hi {
+				over = append(over, n)
+			} else if cn < lo {
+				need = append(need, n)
+			}
+		}
+		if len(over) == 0 && len(need) == 0 {
+			continue
+		}
+		// Counterparts: the nodes with room for one more (for over) and
+		// the nodes with one to spare (for need), emptiest / fullest of
+		// the colocation first.
+		var room, spare []int32
+		for n := range p.nodes {
+			n := int32(n)
+			if !r.inC(n, c) {
+				continue
+			}
+			lo, hi := r.quota(n, c)
+			cn := r.cnt.get(n, c)
+			if cn < hi {
+				room = append(room, n)
+			}
+			if cn > lo {
+				spare = append(spare, n)
+			}
+		}
+		rel := func(n int32) float64 {
+			return float64(r.cnt.get(n, c)) - float64(r.k[c])*p.nodes[n].cap/r.capSum[c]
+		}
+		byRel := func(a, b int32) int { return cmp.Or(cmp.Compare(rel(a), rel(b)), cmp.Compare(a, b)) }
+		slices.SortFunc(room, byRel)
+		slices.SortFunc(spare, func(a, b int32) int { return byRel(b, a) })
+		for _, a := range over {
+			for r.work > 0 {
+				_, hi := r.quota(a, c)
+				if r.cnt.get(a, c) <= hi || !r.fixPair(a, c, room, true) {
+					break
+				}
+				changed = true
+			}
+		}
+		for _, b := range need {
+			for r.work > 0 {
+				lo, _ := r.quota(b, c)
+				if r.cnt.get(b, c) >= lo || !r.fixPair(b, c, spare, false) {
+					break
+				}
+				changed = true
+			}
+		}
+	}
+	return changed
+}
+
+// pairScan is how many counterpart nodes one repair step tries.
+const pairScan = 8
+
+// fixPair moves a group of colocation c off node x (from, over its quota)
+// or onto it (not from), trying the counterparts in order.
+func (r *repairer) fixPair(x, c int32, partners []int32, from bool) bool {
+	tried := 0
+	for _, y := range partners {
+		if y == x {
+			continue
+		}
+		lo, hi := r.quota(y, c)
+		cy := r.cnt.get(y, c)
+		if from && cy >= hi || !from && cy <= lo {
+			continue
+		}
+		a, b := x, y
+		if !from {
+			a, b = y, x
+		}
+		best := r.bestOption(a, b, c)
+		if best.g >= 0 {
+			r.apply(&best)
+			return true
+		}
+		if tried++; tried >= pairScan || r.work <= 0 {
+			break
+		}
+	}
+	return false
+}
+
+// bestOption finds the best step that takes a group of colocation c from a
+// to b, alone or with a group sent back, and lowers spread without more
+// cost or bytes outside the bands. g is -1 when there is none.
+func (r *repairer) bestOption(a, b, c int32) option {
+	p := r.p
+	best := option{g: -1}
+	var gs []int32
+	for _, gi := range r.at[a] {
+		if p.groups[gi].coloc == c && r.canGo(gi, b) {
+			gs = append(gs, gi)
+		}
+	}
+	if len(gs) == 0 {
+		return best
+	}
+	consider := func(o option) {
+		r.eval(&o)
+		if o.dSpread < 0 && r.costOK(&o) && o.dBytes <= r.bytesTol(&o) && o.dMoves <= r.budget && r.better(&o, &best) {
+			best = o
+		}
+	}
+	for _, g := range gs {
+		consider(option{g: g, h: -1, a: a, b: b})
+	}
+	if best.g >= 0 && best.dCost <= 0 && best.dBytes <= 0 {
+		return best // a plain move that costs no balance
+	}
+	// Swaps: send back a group of another colocation that b can spare and
+	// a has room for, of about the same cost.
+	var hs []int32
+	for _, hi := range r.at[b] {
+		h := &p.groups[hi]
+		if h.coloc == c || !r.canGo(hi, a) {
+			continue
+		}
+		ca, cb := r.cnt.get(a, h.coloc), r.cnt.get(b, h.coloc)
+		if r.spreadV(a, h.coloc, ca+1)+r.spreadV(b, h.coloc, cb-1) > r.spreadV(a, h.coloc, ca)+r.spreadV(b, h.coloc, cb) {
+			continue
+		}
+		hs = append(hs, hi)
+	}
+	r.pairNearest(gs, hs, a, b, consider)
+	return best
+}
+
+// pairNearest calls consider for each g of gs with the few groups of hs
+// closest to it in cost (then bytes).
+func (r *repairer) pairNearest(gs, hs []int32, a, b int32, consider func(option)) {
+	if len(hs) == 0 {
+		return
+	}
+	p := r.p
+	key := func(gi int32) float64 { return p.groups[gi].cost }
+	slices.SortFunc(hs, func(x, y int32) int {
+		return cmp.Or(cmp.Compare(key(x), key(y)), cmp.Compare(p.groups[x].Bytes, p.groups[y].Bytes), cmp.Compare(x, y))
+	})
+	for _, g := range gs {
+		if r.work <= 0 {
+			return
+		}
+		i, _ := slices.BinarySearchFunc(hs, key(g), func(h int32, v float64) int { return cmp.Compare(key(h), v) })
+		for j := max(0, i-2); j < min(len(hs), i+2); j++ {
+			consider(option{g: g, h: hs[j], a: a, b: b})
+		}
+	}
+}
+
+// bytesRound brings nodes into the byte band, worst first, by moves and
+// same-count swaps that keep spread and cost; it reports whether anything
+// changed.
+func (r *repairer) bytesRound() bool {
+	p := r.p
+	var out, all []int32
+	for n := range p.nodes {
+		if p.nodes[n].eligible() {
+			all = append(all, int32(n))
+			if r.byteV(int32(n), r.bytes[n]) > r.bEps*p.nodes[n].cap {
+				out = append(out, int32(n))
+			}
+		}
+	}
+	if len(out) == 0 {
+		return false
+	}
+	fill := func(n int32) float64 { return r.bytes[n] / p.nodes[n].cap }
+	slices.SortFunc(out, func(x, y int32) int {
+		return cmp.Or(cmp.Compare(r.byteV(y, r.bytes[y])/p.nodes[y].cap, r.byteV(x, r.bytes[x])/p.nodes[x].cap), cmp.Compare(x, y))
+	})
+	changed := false
+	partners := make([]int32, 0, pairScan)
+	for _, x := range out {
+		for r.work > 0 && r.byteV(x, r.bytes[x]) > r.bEps*p.nodes[x].cap {
+			over := fill(x) > r.bHi
+			// partners: the emptiest nodes for an over node, the fullest
+			// for an under one
+			first := func(u, v int32) bool {
+				if fill(u) != fill(v) {
+					return (fill(u) < fill(v)) == over
+				}
+				return u < v
+			}
+			partners = partners[:0]
+			for _, y := range all {
+				if y == x {
+					continue
+				}
+				if len(partners) == pairScan && !first(y, partners[pairScan-1]) {
+					continue
+				}
+				if len(partners) < pairScan {
+					partners = append(partners, y)
+				} else {
+					partners[pairScan-1] = y
+				}
+				for j := len(partners) - 1; j > 0 && first(partners[j], partners[j-1]); j-- {
+					partners[j], partners[j-1] = partners[j-1], partners[j]
+				}
+			}
+			best := option{g: -1}
+			for _, y := range partners {
+				if r.work <= 0 {
+					break
+				}
+				a, b := x, y
+				if !over {
+					a, b = y, x
+				}
+				if o := r.bestBytes(a, b); o.g >= 0 && r.byteBetter(&o, &best) {
+					best = o
+				}
+			}
+			if best.g < 0 {
+				break
+			}
+			r.apply(&best)
+			changed = true
+		}
+	}
+	return changed
+}
+
+// bestBytes finds the step from a (more bytes) to b that lowers the bytes
+// outside the band most without more spread or cost outside the band.
+func (r *repairer) bestBytes(a, b int32) option {
+	p := r.p
+	best := option{g: -1}
+	consider := func(o option) {
+		r.eval(&o)
+		if o.dSpread <= 0 && r.costOK(&o) && o.dBytes < -r.bytesTol(&o) && o.dMoves <= r.budget && r.worthIt(&o) && r.byteBetter(&o, &best) {
+			best = o
+		}
+	}
+	var gs []int32
+	for _, gi := range r.at[a] {
+		if r.canGo(gi, b) {
+			gs = append(gs, gi)
+			if r.work <= 0 {
+				return best
+			}
+			consider(option{g: gi, h: -1, a: a, b: b})
+		}
+	}
+	if len(gs) == 0 {
+		return best
+	}
+	// Swaps within a colocation keep every count; aim at the transfer that
+	// levels the two nodes' bytes.
+	want := (r.bytes[a]*p.nodes[b].cap - r.bytes[b]*p.nodes[a].cap) / (p.nodes[a].cap + p.nodes[b].cap)
+	var hs []int32
+	for _, hi := range r.at[b] {
+		if r.canGo(hi, a) {
+			hs = append(hs, hi)
+		}
+	}
+	slices.SortFunc(hs, func(x, y int32) int {
+		gx, gy := &p.groups[x], &p.groups[y]
+		return cmp.Or(cmp.Compare(gx.coloc, gy.coloc), cmp.Compare(gx.Bytes, gy.Bytes), cmp.Compare(x, y))
+	})
+	for _, g := range gs {
+		G := &p.groups[g]
+		target := float64(G.Bytes) - want
+		i, _ := slices.BinarySearchFunc(hs, G.coloc, func(h int32, c int32) int { return cmp.Compare(p.groups[h].coloc, c) })
+		j := i
+		for j < len(hs) && p.groups[hs[j]].coloc == G.coloc {
+			j++
+		}
+		same := hs[i:j]
+		if len(same) == 0 {
+			continue
+		}
+		k, _ := slices.BinarySearchFunc(same, target, func(h int32, v float64) int { return cmp.Compare(float64(p.groups[h].Bytes), v) })
+		for q := max(0, k-1); q < min(len(same), k+1); q++ {
+			if r.work <= 0 {
+				return best
+			}
+			consider(option{g: g, h: same[q], a: a, b: b})
+		}
+	}
+	return best
+}
+
+// byteBetter orders options of the byte pass: fewer added moves (a swap
+// that changes which group of a source moves adds none), then fewer bytes
+// outside the band, then less spread, then fewer moved bytes, then group
+// order.
+func (r *repairer) byteBetter(x, y *option) bool {
+	if y.g < 0 {
+		return true
+	}
+	be := r.bytesTol(x)
+	switch {
+	case x.dMoves != y.dMoves:
+		return x.dMoves < y.dMoves
+	case math.Abs(x.dBytes-y.dBytes) > be:
+		return x.dBytes < y.dBytes
+	case x.dSpread != y.dSpread:
+		return x.dSpread < y.dSpread
+	case x.moved != y.moved:
+		return x.moved < y.moved
+	case x.g != y.g:
+		return x.g < y.g
+	}
+	return x.h < y.h
+}
+
+// trim drops balancing moves whose undoing leaves cost, spread and bytes
+// no worse on the two nodes, largest first.
+func (r *repairer) trim() {
+	p := r.p
+	type key struct {
+		bytes int64
+		g     int32
+	}
+	var moved []key
+	for gi := range p.groups {
+		g := int32(gi)
+		if r.movable[g] && !r.forced[g] && r.node[g] != r.origin[g] {
+			moved = append(moved, key{p.groups[g].Bytes, g})
+		}
+	}
+	slices.SortFunc(moved, func(x, y key) int { return cmp.Or(cmp.Compare(y.bytes, x.bytes), cmp.Compare(x.g, y.g)) })
+	for _, k := range moved {
+		g := k.g
+		if r.work <= 0 {
+			return
+		}
+		o := option{g: g, h: -1, a: r.node[g], b: r.origin[g]}
+		if !r.canGo(g, o.b) {
+			continue
+		}
+		r.eval(&o)
+		if o.dSpread <= 0 && o.dCost <= 0 && o.dBytes <= 0 {
+			r.apply(&o)
+		}
+	}
+}
+
+// rewrite turns the final placement back into the plan's moves. When
+// repair changed nothing the plan stays as it is. Otherwise forced moves
+// keep their order (with their new targets) and come first; the balancing
+// moves follow round-robin over their sources, fullest source first, each
+// source's moves to its emptiest targets first, so that waves run many
+// moves at once. With a MaxCost on some node the balancing moves keep the
+// plan's order (existing moves first, new moves after, in group order), so
+// the ceiling holds at every point. A move that is not forced is a
+// balancing move when Citus's rule accepts it at its point of the plan, and
+// a spread move otherwise.
+func (r *repairer) rewrite() {
+	p := r.p
+	if !r.changed {
+		return
+	}
+	var steps, balance []step
+	for _, s := range p.steps {
+		to := r.node[s.g]
+		if to == r.origin[s.g] {
+			continue
+		}
+		s.to = to
+		if r.forced[s.g] {
+			steps = append(steps, s)
+		} else {
+			balance = append(balance, s)
+		}
+	}
+	for gi := range p.groups {
+		g := int32(gi)
+		if r.step[g] < 0 && r.node[g] != r.origin[g] {
+			balance = append(balance, step{g: g, from: r.origin[g], to: r.node[g], reason: ReasonBalance})
+		}
+	}
+	load := make([]float64, len(p.nodes))
+	for i := range p.groups {
+		load[r.origin[i]] += p.groups[i].cost
+	}
+	for _, s := range steps {
+		load[s.from] -= p.groups[s.g].cost
+		load[s.to] += p.groups[s.g].cost
+	}
+	ceiling := false
+	for i := range p.nodes {
+		ceiling = ceiling || !math.IsInf(p.nodes[i].maxCost, 1)
+	}
+	if !ceiling {
+		util := func(n int32) float64 { return load[n] / math.Max(p.nodes[n].cap, 1e-300) }
+		slices.SortFunc(balance, func(x, y step) int {
+			return cmp.Or(cmp.Compare(util(y.from), util(x.from)), cmp.Compare(x.from, y.from),
+				cmp.Compare(util(x.to), util(y.to)), cmp.Compare(x.to, y.to), cmp.Compare(x.g, y.g))
+		})
+		// Round-robin: one move of every source per round, each to a
+		// target no other move of the round uses when one of the source's
+		// next few moves has such a target.
+		var sources []int32
+		lists := map[int32][]step{} // moves per source; lookups only
+		for _, s := range balance {
+			if len(lists[s.from]) == 0 {
+				sources = append(sources, s.from)
+			}
+			lists[s.from] = append(lists[s.from], s)
+		}
+		used := make([]int32, len(p.nodes))
+		out := balance[:0:0]
+		for round := int32(1); len(out) < len(balance); round++ {
+			for _, src := range sources {
+				l := lists[src]
+				if len(l) == 0 {
+					continue
+				}
+				k := 0
+				for j := 0; j < min(len(l), 16); j++ {
+					if used[l[j].to] != round {
+						k = j
+						break
+					}
+				}
+				used[l[k].to] = round
+				out = append(out, l[k])
+				lists[src] = slices.Delete(l, k, k+1)
+			}
+		}
+		balance = out
+	}
+	steps = append(steps, balance...)
+	for i := range p.nodes {
+		load[i] = 0
+	}
+	for i := range p.groups {
+		load[r.origin[i]] += p.groups[i].cost
+	}
+	p.balanceMoves = 0
+	for i := range steps {
+		s := &steps[i]
+		c := p.groups[s.g].cost
+		if s.reason == ReasonBalance || s.reason == ReasonSpread {
+			S, T := &p.nodes[s.from], &p.nodes[s.to]
+			s.reason = ReasonSpread
+			if citusAccepts(load[s.from], S.cap, load[s.to], T.cap, c, p.in.ImprovementThreshold) {
+				s.reason = ReasonBalance
+			}
+			p.balanceMoves++
+		}
+		load[s.from] -= c
+		load[s.to] += c
+	}
+	p.steps = steps
+}
+
+// bytesLimit names, when a by_disk_size plan leaves some node's bytes
+// outside the band, the group that keeps it there, or returns nil.
+func (r *repairer) bytesLimit() *Limit {
+	if !r.bytesOn {
+		return nil
+	}
+	p := r.p
+	worst, worstV := int32(-1), 0.0
+	for n := range p.nodes {
+		n := int32(n)
+		if !p.nodes[n].eligible() {
+			continue
+		}
+		if v := r.byteV(n, r.bytes[n]) / p.nodes[n].cap; v > r.bEps && v > worstV {
+			worst, worstV = n, v
+		}
+	}
+	if worst < 0 {
+		return nil
+	}
+	N := &p.nodes[worst]
+	over := r.bytes[worst] > r.bHi*N.cap
+	width := (r.bHi - r.bLo) * N.cap
+	// The largest group on the node (an over-full node) or anywhere (an
+	// under-full one).
+	var g int32 = -1
+	for gi := range p.groups {
+		gi := int32(gi)
+		if over && r.node[gi] != worst {
+			continue
+		}
+		G := &p.groups[gi]
+		if g < 0 || G.Bytes > p.groups[g].Bytes || G.Bytes == p.groups[g].Bytes && gi < g {
+			g = gi
+		}
+	}
+	if g < 0 {
+		return &Limit{Node: N.ID, NodeName: N.Name, Detail: fmt.Sprintf("%s holds no group and none can move there", nodeLabel(N.ID, N.Name))}
+	}
+	G := &p.groups[g]
+	l := &Limit{GroupID: G.ID, Bytes: G.Bytes, Node: N.ID, NodeName: N.Name}
+	side := "below"
+	if over {
+		side = "above"
+	}
+	who := nodeLabel(N.ID, N.Name)
+	switch {
+	case float64(G.Bytes) > r.bHi*N.cap:
+		l.Detail = fmt.Sprintf("group %s alone (%s) holds more bytes than the band allows on a node (%s per unit of capacity); %s stays %s the band",
+			G.ID, units.Bytes(G.Bytes), units.Bytes(int64(r.bHi)), who, side)
+	case over && !r.movable[g]:
+		l.Detail = fmt.Sprintf("group %s (%s) may not move (excluded, isolated, pinned or skipped) and keeps %s %s the band", G.ID, units.Bytes(G.Bytes), who, side)
+	case float64(G.Bytes) > width:
+		l.Detail = fmt.Sprintf("group %s (%s) is larger than the band is wide (%s), so groups this coarse leave %s %s the band",
+			G.ID, units.Bytes(G.Bytes), units.Bytes(int64(width)), who, side)
+	default:
+		l.Detail = fmt.Sprintf("no move or swap brings %s into the band without more cost outside it or a colocation group less spread; the largest group there is %s (%s)",
+			who, G.ID, units.Bytes(G.Bytes))
+	}
+	return l
+}
