@@ -83,13 +83,16 @@ type planner struct {
 // Groups) gives the same Result. It returns an error wrapping
 // ErrInvalidInput when, and only when, the input is invalid.
 //
-// Balancing is planned twice, with the planner's own rule (fit, see pick)
-// and with Citus's rule (the largest group whose move is acceptable); when
-// groups must leave their nodes, both are also planned after forced moves
-// placed by Citus's policy instead of the planner's (see forcedMoves).
-// The best plan is returned: a balanced one over one that is not, then the
-// one with less cost outside the band, then fewer balancing moves, then
-// fewer bytes, then the first tried.
+// Balancing is planned with the planner's own rule (fit, see pick), and
+// the plan is repaired (repair.go) so that every colocation group is
+// spread over its nodes and, with by_disk_size, every node's bytes are in
+// the band. When something is left to improve, balancing is also planned
+// with Citus's rule (the largest group whose move is acceptable) and, when
+// groups must leave their nodes, after forced moves placed by Citus's
+// policy instead of the planner's (see forcedMoves); each is repaired, and
+// the best is returned: less cost outside the band, then colocation groups
+// closer to their quotas, then fewer bytes outside the byte band, then
+// fewer moves, then fewer moved bytes, then the first tried.
 func Plan(in Input) (Result, error) {
 	if err := validateOptions(&in); err != nil {
 		return Result{}, err
@@ -99,44 +102,36 @@ func Plan(in Input) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	tried := []outcome{best}
-	orders := []bool{true}
-	if best.forced {
-		orders = append(orders, false)
-	}
-	for _, restrictedFirst := range orders {
-		for _, rule := range []pickRule{pickFit, pickGreedy} {
-			if rule == pickFit && restrictedFirst {
-				continue // that is best already
-			}
-			if rule == pickGreedy && (in.DrainOnly || in.MaxMoves == 0) {
-				continue // no balancing: the rule does not matter
-			}
-			if restrictedFirst && best.balanced && best.balanceMoves <= best.minMoves {
-				continue // nothing balances with fewer moves
-			}
-			alt, err := planOnce(&in, rule, restrictedFirst, cands[restrictedFirst])
-			if err != nil {
-				return Result{}, err
-			}
-			tried = append(tried, alt)
-			if alt.better(best) {
-				best = alt
-			}
-		}
-	}
-	// Then spread every colocation group and, with by_disk_size, the bytes
-	// (see repair.go), on the plan chosen; when that leaves something to
-	// improve, on the other plans too, and keep the best.
+	// The repair pass (repair.go) spreads every colocation group and, with
+	// by_disk_size, the bytes. When it leaves nothing to improve on the
+	// first plan but moves, that plan is taken; otherwise the others are
+	// planned and repaired too and the best is kept (see repairScore).
 	r := repairPlan(best.p, best.lo, best.hi)
 	if score := r.score(); !score.perfect() {
-		for _, alt := range tried {
-			if alt.p == best.p {
-				continue
-			}
-			ra := repairPlan(alt.p, alt.lo, alt.hi)
-			if s := ra.score(); s.better(score) {
-				best, r, score = alt, ra, s
+		orders := []bool{true}
+		if best.forced {
+			orders = append(orders, false)
+		}
+		first := best
+		for _, restrictedFirst := range orders {
+			for _, rule := range []pickRule{pickFit, pickGreedy} {
+				if rule == pickFit && restrictedFirst {
+					continue // that is the first plan
+				}
+				if rule == pickGreedy && (in.DrainOnly || in.MaxMoves == 0) {
+					continue // no balancing: the rule does not matter
+				}
+				if restrictedFirst && first.balanced && first.balanceMoves <= first.minMoves {
+					continue // nothing balances with fewer moves
+				}
+				alt, err := planOnce(&in, rule, restrictedFirst, cands[restrictedFirst])
+				if err != nil {
+					return Result{}, err
+				}
+				ra := repairPlan(alt.p, alt.lo, alt.hi)
+				if s := ra.score(); s.better(score) {
+					best, r, score = alt, ra, s
+				}
 			}
 		}
 	}
@@ -160,20 +155,6 @@ type outcome struct {
 	movedBytes   int64
 	minMoves     int  // no plan balances with fewer balancing moves
 	forced       bool // some group had to leave its node
-}
-
-func (a outcome) better(b outcome) bool {
-	eps := 1e-9 * max(a.avg, b.avg, 1e-300)
-	switch {
-	case a.balanced != b.balanced:
-		return a.balanced
-	case math.Abs(a.violation-b.violation) > eps:
-		return a.violation < b.violation
-	case a.balanceMoves != b.balanceMoves:
-		return a.balanceMoves < b.balanceMoves
-	default:
-		return a.movedBytes < b.movedBytes
-	}
 }
 
 func planOnce(in *Input, rule pickRule, restrictedFirst bool, cands *[][]int32) (outcome, error) {

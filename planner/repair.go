@@ -483,7 +483,7 @@ func (r *repairer) spreadTotal() int {
 //   - each node keeps (or gets back, dropping their moves) as many of the
 //     groups that started on it as its count allows, chosen so that their
 //     bytes add up to about the colocation's mean per group (see keep);
-//   - the other groups go, largest first over all colocations, each to the
+//   - the other groups go, per colocation and largest first, each to the
 //     node with the fewest bytes per unit of capacity that still needs a
 //     group of its colocation.
 func (r *repairer) global() {
@@ -556,9 +556,12 @@ func (r *repairer) global() {
 			hs := home[n]
 			out := r.keep(hs, min(max(free, 0), len(hs)), mean)
 			pool = append(pool, out...)
+			for _, gi := range out {
+				dest[gi] = -1
+			}
 			kept := 0
 			for _, gi := range hs {
-				if !slices.Contains(out, gi) {
+				if dest[gi] != -1 {
 					dest[gi] = n
 					fill[n] += float64(p.groups[gi].Bytes)
 					kept++
@@ -567,62 +570,67 @@ func (r *repairer) global() {
 			need.add(n, c, int32(max(free-kept, 0)))
 		}
 	}
-	// The rest, largest first, each to the emptiest node that needs one of
-	// its colocation (a lazy heap per colocation: fills only grow, so an
-	// entry whose fill is stale is pushed again with the fill of now).
-	slices.SortFunc(pool, func(a, b int32) int {
-		return cmp.Or(cmp.Compare(p.groups[b].Bytes, p.groups[a].Bytes), cmp.Compare(a, b))
-	})
-	type entry struct {
-		n    int32
-		fill float64
+	// The rest, per colocation and largest first, each to the emptiest node
+	// that needs one of its colocation.
+	type sized struct {
+		bytes int64
+		g     int32
 	}
-	heaps := make([]*heap[entry], r.colocs)
-	for c := range heaps {
-		heaps[c] = newHeap(func(a, b entry) bool {
-			if a.fill != b.fill {
-				return a.fill < b.fill
-			}
-			return a.n < b.n
-		})
-		for n := range p.nodes {
-			if need.get(int32(n), int32(c)) > 0 {
-				heaps[c].push(entry{int32(n), fill[n] / p.nodes[n].cap})
-			}
-		}
-	}
-	var held []entry
+	byC := make([][]sized, r.colocs)
 	for _, gi := range pool {
 		c := p.groups[gi].coloc
-		h := heaps[c]
-		dest[gi] = r.node[gi]
-		held = held[:0]
-		for h.len() > 0 && len(held) < 64 {
-			e := h.pop()
-			if need.get(e.n, c) <= 0 {
-				continue
-			}
-			if cur := fill[e.n] / p.nodes[e.n].cap; cur != e.fill {
-				h.push(entry{e.n, cur})
-				continue
-			}
-			if e.n != r.node[gi] && !r.canGo(gi, e.n) {
-				held = append(held, e)
-				continue
-			}
-			dest[gi] = e.n
-			need.add(e.n, c, -1)
-			fill[e.n] += float64(p.groups[gi].Bytes)
-			if need.get(e.n, c) > 0 {
-				h.push(entry{e.n, fill[e.n] / p.nodes[e.n].cap})
-			}
-			break
+		byC[c] = append(byC[c], sized{p.groups[gi].Bytes, gi})
+	}
+	h := newNodeHeap(nn, func(a, b int32) bool {
+		fa, fb := fill[a]/p.nodes[a].cap, fill[b]/p.nodes[b].cap
+		if fa != fb {
+			return fa < fb
 		}
-		for _, e := range held {
-			h.push(e)
+		return a < b
+	})
+	var held []int32
+	for c := int32(0); c < int32(r.colocs); c++ {
+		list := byC[c]
+		if len(list) == 0 {
+			continue
 		}
-		if dest[gi] == r.node[gi] && need.get(r.node[gi], c) > 0 {
-			need.add(r.node[gi], c, -1)
+		slices.SortFunc(list, func(a, b sized) int { return cmp.Or(cmp.Compare(b.bytes, a.bytes), cmp.Compare(a.g, b.g)) })
+		for n := range p.nodes {
+			if need.get(int32(n), c) > 0 {
+				h.push(int32(n))
+			}
+		}
+		for _, it := range list {
+			gi := it.g
+			dest[gi] = r.node[gi]
+			held = held[:0]
+			for h.len() > 0 && len(held) < 64 {
+				n := h.pop()
+				if n != r.node[gi] && !r.canGo(gi, n) {
+					held = append(held, n)
+					continue
+				}
+				dest[gi] = n
+				need.add(n, c, -1)
+				fill[n] += float64(it.bytes)
+				if need.get(n, c) > 0 {
+					h.push(n)
+				}
+				break
+			}
+			for _, n := range held {
+				h.push(n)
+			}
+			if dest[gi] == r.node[gi] && need.get(r.node[gi], c) > 0 {
+				need.add(r.node[gi], c, -1)
+				h.fix(r.node[gi])
+				if need.get(r.node[gi], c) == 0 {
+					h.remove(r.node[gi])
+				}
+			}
+		}
+		for h.len() > 0 {
+			h.pop()
 		}
 	}
 	for c := range byColoc {
@@ -654,22 +662,42 @@ func (r *repairer) keep(gs []int32, k int, mean float64) []int32 {
 	if k >= len(gs) {
 		return nil
 	}
-	slices.SortFunc(gs, func(a, b int32) int {
-		return cmp.Or(cmp.Compare(p.groups[a].Bytes, p.groups[b].Bytes), cmp.Compare(a, b))
-	})
-	rest := slices.Clone(gs)
+	type sized struct {
+		bytes float64
+		g     int32
+	}
+	rest := make([]sized, len(gs))
+	for i, g := range gs {
+		rest[i] = sized{float64(p.groups[g].Bytes), g}
+	}
+	slices.SortFunc(rest, func(a, b sized) int { return cmp.Or(cmp.Compare(a.bytes, b.bytes), cmp.Compare(a.g, b.g)) })
+	taken := make([]bool, len(rest))
 	want := mean * float64(k)
 	for m := k; m > 0; m-- {
 		aim := want / float64(m)
-		i, _ := slices.BinarySearchFunc(rest, aim, func(g int32, v float64) int { return cmp.Compare(float64(p.groups[g].Bytes), v) })
-		j := i
-		if j == len(rest) || j > 0 && aim-float64(p.groups[rest[j-1]].Bytes) <= float64(p.groups[rest[j]].Bytes)-aim {
-			j--
+		i, _ := slices.BinarySearchFunc(rest, aim, func(x sized, v float64) int { return cmp.Compare(x.bytes, v) })
+		// the nearest untaken on either side
+		lo, hi := i-1, i
+		for lo >= 0 && taken[lo] {
+			lo--
 		}
-		want -= float64(p.groups[rest[j]].Bytes)
-		rest = slices.Delete(rest, j, j+1)
+		for hi < len(rest) && taken[hi] {
+			hi++
+		}
+		j := hi
+		if hi == len(rest) || lo >= 0 && aim-rest[lo].bytes <= rest[hi].bytes-aim {
+			j = lo
+		}
+		taken[j] = true
+		want -= rest[j].bytes
 	}
-	return rest
+	out := gs[:0:0]
+	for i, x := range rest {
+		if !taken[i] {
+			out = append(out, x.g)
+		}
+	}
+	return out
 }
 
 // spreadRound fixes each colocation's spread as far as it can; it reports
@@ -1021,6 +1049,10 @@ func (r *repairer) trim() {
 			return
 		}
 		o := option{g: g, h: -1, a: r.node[g], b: r.origin[g]}
+		c := p.groups[g].coloc
+		if _, hi := r.quota(o.b, c); r.cnt.get(o.b, c) >= hi && r.spreadV(o.a, c, r.cnt.get(o.a, c)) == 0 {
+			continue // the origin has no room: spread would suffer
+		}
 		if !r.canGo(g, o.b) {
 			continue
 		}
@@ -1078,10 +1110,13 @@ func (r *repairer) rewrite() {
 		ceiling = ceiling || !math.IsInf(p.nodes[i].maxCost, 1)
 	}
 	if !ceiling {
-		util := func(n int32) float64 { return load[n] / math.Max(p.nodes[n].cap, 1e-300) }
+		util := make([]float64, len(p.nodes))
+		for n := range util {
+			util[n] = load[n] / math.Max(p.nodes[n].cap, 1e-300)
+		}
 		slices.SortFunc(balance, func(x, y step) int {
-			return cmp.Or(cmp.Compare(util(y.from), util(x.from)), cmp.Compare(x.from, y.from),
-				cmp.Compare(util(x.to), util(y.to)), cmp.Compare(x.to, y.to), cmp.Compare(x.g, y.g))
+			return cmp.Or(cmp.Compare(util[y.from], util[x.from]), cmp.Compare(x.from, y.from),
+				cmp.Compare(util[x.to], util[y.to]), cmp.Compare(x.to, y.to), cmp.Compare(x.g, y.g))
 		})
 		// Round-robin: one move of every source per round, each to a
 		// target no other move of the round uses when one of the source's
@@ -1095,15 +1130,27 @@ func (r *repairer) rewrite() {
 			lists[s.from] = append(lists[s.from], s)
 		}
 		used := make([]int32, len(p.nodes))
+		head := make([]int, len(sources))
+		taken := make(map[int32][]bool, len(sources)) // lookups only
+		for _, src := range sources {
+			taken[src] = make([]bool, len(lists[src]))
+		}
 		out := balance[:0:0]
 		for round := int32(1); len(out) < len(balance); round++ {
-			for _, src := range sources {
-				l := lists[src]
-				if len(l) == 0 {
+			for si, src := range sources {
+				l, tk := lists[src], taken[src]
+				for head[si] < len(l) && tk[head[si]] {
+					head[si]++
+				}
+				if head[si] == len(l) {
 					continue
 				}
-				k := 0
-				for j := 0; j < min(len(l), 16); j++ {
+				k, seen := head[si], 0
+				for j := head[si]; j < len(l) && seen < 16; j++ {
+					if tk[j] {
+						continue
+					}
+					seen++
 					if used[l[j].to] != round {
 						k = j
 						break
@@ -1111,7 +1158,7 @@ func (r *repairer) rewrite() {
 				}
 				used[l[k].to] = round
 				out = append(out, l[k])
-				lists[src] = slices.Delete(l, k, k+1)
+				tk[k] = true
 			}
 		}
 		balance = out
