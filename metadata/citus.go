@@ -48,12 +48,18 @@ func checkCitusVersion(ctx context.Context, q Querier) error {
 	if err := q.QueryRow(ctx, "SELECT extversion FROM pg_extension WHERE extname = 'citus'").Scan(&v); err != nil {
 		return fmt.Errorf("read the Citus version: %w", err)
 	}
-	major, _, _ := strings.Cut(v, ".")
-	n, err := strconv.Atoi(major)
-	if err != nil || n < MinCitusMajor {
+	if !citusSupported(v) {
 		return invalidf("the coordinator runs Citus %s; shardmover supports Citus %d and later: upgrade Citus (ALTER EXTENSION citus UPDATE) first", v, MinCitusMajor)
 	}
 	return nil
+}
+
+// citusSupported reports whether extension version v (pg_extension's
+// extversion, like "13.2-1") is MinCitusMajor or later.
+func citusSupported(v string) bool {
+	major, _, _ := strings.Cut(v, ".")
+	n, err := strconv.Atoi(major)
+	return err == nil && n >= MinCitusMajor
 }
 
 // MetadataNodes are the nodes of nodes that Citus routes queries from
@@ -284,6 +290,33 @@ func citusCleanupOldShard(ctx context.Context, tx pgx.Tx, group int32, table str
 		return fmt.Errorf("record the old shard %s for Citus's cleanup: %w", table, err)
 	}
 	return nil
+}
+
+// citusDeferredDrops reads the shard placements Citus's deferred cleanup
+// will drop (pg_dist_cleanup, object type 1) as deferred cleanup records,
+// so that verify counts a move's old shard waiting there as kept. Nothing
+// on compat.
+func (c *Catalog) citusDeferredDrops(ctx context.Context) ([]CleanupRecord, error) {
+	if c.flavor != Citus {
+		return nil, nil
+	}
+	rows, err := c.pool.Query(ctx, `SELECT record_id, node_group_id, object_name FROM pg_catalog.pg_dist_cleanup
+		WHERE object_type = 1 ORDER BY record_id`)
+	if err != nil {
+		return nil, fmt.Errorf("read Citus's cleanup records: %w", err)
+	}
+	var out []CleanupRecord
+	var id int64
+	var group int32
+	var name string
+	_, err = pgx.ForEachRow(rows, []any{&id, &group, &name}, func() error {
+		out = append(out, CleanupRecord{ID: id, NodeGroup: group, ObjectType: ObjectTable, Name: name, Policy: CleanupDeferred})
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read Citus's cleanup records: %w", err)
+	}
+	return out, nil
 }
 
 // CitusCleanupPending lists the shard names Citus's cleanup still has to

@@ -571,6 +571,11 @@ func (c *Catalog) CommitCutover(ctx context.Context, f CutoverFlip) error {
 	return d.Commit(ctx, f)
 }
 
+// ErrPlacementMoved: at the decision, the group's shards were no longer
+// all placed on the move's source (another tool moved them). Nothing
+// flipped; the move cannot succeed.
+var ErrPlacementMoved = errors.New("the shard group is no longer on the move's source")
+
 // Decision is a move's decision transaction on the coordinator, open from
 // BeginDecision until Commit or Close.
 type Decision struct {
@@ -685,8 +690,18 @@ func (d *Decision) decide(ctx context.Context, tx pgx.Tx, f CutoverFlip) error {
 		return err
 	}
 	if c.flavor == Citus {
-		// Citus's function refuses a shard not placed on the source group,
-		// so a catalog changed underneath flips nothing.
+		// Someone else (Citus's own rebalancer) may have moved the group.
+		var on int
+		if err := tx.QueryRow(ctx, `SELECT count(*) FROM pg_catalog.pg_dist_placement WHERE shardid = ANY($1) AND groupid = $2`,
+			f.ShardIDs, f.SourceGroup).Scan(&on); err != nil {
+			return fmt.Errorf("read placements of move %d: %w", f.MoveID, err)
+		}
+		if on != len(f.ShardIDs) {
+			return fmt.Errorf("%w: %d of the %d shards of move %d are still placed on group %d (Citus or someone else moved them); nothing flipped",
+				ErrPlacementMoved, on, len(f.ShardIDs), f.MoveID, f.SourceGroup)
+		}
+		// Citus's function also refuses a shard not placed on the source
+		// group, so a catalog changed underneath flips nothing.
 		if err := asCitusRebalancer(ctx, tx, decisionName(f.MoveID), func() error {
 			return updatePlacements(ctx, tx, f.ShardIDs, f.SourceGroup, f.TargetGroup)
 		}); err != nil {
@@ -699,8 +714,8 @@ func (d *Decision) decide(ctx context.Context, tx pgx.Tx, f CutoverFlip) error {
 			return fmt.Errorf("flip placements: %w", err)
 		}
 		if int(tag.RowsAffected()) != len(f.ShardIDs) {
-			return fmt.Errorf("flip placements of move %d: %d of %d shards were on group %d; the catalog changed underneath, nothing flipped",
-				f.MoveID, tag.RowsAffected(), len(f.ShardIDs), f.SourceGroup)
+			return fmt.Errorf("%w: flip placements of move %d: %d of %d shards were on group %d; the catalog changed underneath, nothing flipped",
+				ErrPlacementMoved, f.MoveID, tag.RowsAffected(), len(f.ShardIDs), f.SourceGroup)
 		}
 	}
 	if _, err := tx.Exec(ctx, "UPDATE shardmover.moves SET cutover_committed = true WHERE id = $1", f.MoveID); err != nil {

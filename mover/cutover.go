@@ -266,6 +266,9 @@ func (r *run) tryCutover(ctx context.Context, m metadata.Move, c cutoverConns) e
 			return serr
 		}
 		if !st.Committed {
+			if errors.Is(err, metadata.ErrPlacementMoved) {
+				return permanent(fmt.Errorf("cutover decision: %w", err))
+			}
 			if errors.Is(err, context.DeadlineExceeded) {
 				return fmt.Errorf("%w: decision not committed within the pause", errPauseExceeded)
 			}
