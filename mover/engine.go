@@ -358,3 +358,27 @@ func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''
 // invalidf is a refused request: metadata's one invalid-input error type,
 // matching metadata.ErrInvalid.
 func invalidf(format string, args ...any) error { return metadata.Invalidf(format, args...) }
+
+// Cancel asks a move to stop before its decision; its mover rolls it back.
+// When no mover holds the move, Cancel rolls it back itself.
+func (e *Engine) Cancel(ctx context.Context, id int64) (metadata.Move, error) {
+	m, err := e.cat.RequestCancel(ctx, id)
+	if err != nil || m.Terminal() {
+		return m, err
+	}
+	// Nobody running it? Then run it here: the loop sees the request and
+	// rolls the move back.
+	err = e.Run(ctx, id)
+	if errors.Is(err, ErrLeased) {
+		e.log.Info("cancel requested; the mover holding the move will roll it back", zap.Int64("move_id", id))
+		return e.cat.Move(ctx, id)
+	}
+	m, merr := e.cat.Move(ctx, id)
+	if merr != nil {
+		return m, merr
+	}
+	if p := metadata.Phase(m.Phase); p == metadata.PhaseCancelled || p == metadata.PhaseDone {
+		return m, nil
+	}
+	return m, err
+}

@@ -198,7 +198,7 @@ func (e *Engine) ownsTable(ctx context.Context, m metadata.Move, t pgx.Identifie
 		return false
 	}
 	for _, r := range recs {
-		if r.ObjectType != "table" || r.NodeGroup != m.TargetGroup {
+		if r.ObjectType != metadata.ObjectTable || r.NodeGroup != m.TargetGroup {
 			continue
 		}
 		if id, err := metadata.ParseQualifiedName(r.Name); err == nil && slices.Equal(id, t) {

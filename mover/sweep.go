@@ -177,27 +177,3 @@ func (e *Engine) orphans(ctx context.Context, n metadata.Node, live func(int64) 
 	}
 	return out, nil
 }
-
-// Cancel asks a move to stop before its decision; its mover rolls it back.
-// When no mover holds the move, Cancel rolls it back itself.
-func (e *Engine) Cancel(ctx context.Context, id int64) (metadata.Move, error) {
-	m, err := e.cat.RequestCancel(ctx, id)
-	if err != nil || m.Terminal() {
-		return m, err
-	}
-	// Nobody running it? Then run it here: the loop sees the request and
-	// rolls the move back.
-	err = e.Run(ctx, id)
-	if errors.Is(err, ErrLeased) {
-		e.log.Info("cancel requested; the mover holding the move will roll it back", zap.Int64("move_id", id))
-		return e.cat.Move(ctx, id)
-	}
-	m, merr := e.cat.Move(ctx, id)
-	if merr != nil {
-		return m, merr
-	}
-	if p := metadata.Phase(m.Phase); p == metadata.PhaseCancelled || p == metadata.PhaseDone {
-		return m, nil
-	}
-	return m, err
-}

@@ -1,0 +1,136 @@
+package mover
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/shardmover/shardmover/metadata"
+	"github.com/shardmover/shardmover/replication"
+)
+
+// The applier's stream and the catching_up phase (docs/design.md 5).
+
+// startStream runs the applier in the background until stopStream.
+func (r *run) startStream(ctx context.Context, m metadata.Move) error {
+	if r.stream != nil {
+		select {
+		case err := <-r.streamDone:
+			r.stream, r.streamDone = nil, nil
+			r.streamCancel()
+			if err != nil && !errors.Is(err, context.Canceled) {
+				return fmt.Errorf("applier stopped: %w", err)
+			}
+		default:
+			return nil
+		}
+	}
+	start, err := pglogrepl.ParseLSN(m.SourceLSN)
+	if err != nil {
+		return permanent(fmt.Errorf("move %d has no valid slot position %q", m.ID, m.SourceLSN))
+	}
+	s, err := replication.NewStream(replication.StreamConfig{
+		SourceDSN:   r.e.dsn(r.source),
+		TargetDSN:   r.e.dsn(r.target),
+		Slot:        m.Name(),
+		Publication: m.Name(),
+		Origin:      m.Name(),
+		StartLSN:    start,
+		Logger:      r.log,
+	})
+	if err != nil {
+		return err
+	}
+	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan error, 1)
+	go func() { done <- s.Run(sctx) }()
+	r.stream, r.streamCancel, r.streamDone = s, cancel, done
+	return nil
+}
+
+func (r *run) stopStream() {
+	if r.stream == nil {
+		return
+	}
+	r.streamCancel()
+	<-r.streamDone
+	r.stream, r.streamDone, r.streamCancel = nil, nil, nil
+}
+
+// streamErr returns the applier's error if it stopped.
+func (r *run) streamErr() error {
+	if r.stream == nil {
+		return errors.New("applier not running")
+	}
+	select {
+	case err := <-r.streamDone:
+		r.streamCancel()
+		r.stream, r.streamDone, r.streamCancel = nil, nil, nil
+		if err == nil {
+			err = errors.New("applier stopped")
+		}
+		return fmt.Errorf("applier: %w", err)
+	default:
+		return nil
+	}
+}
+
+// catchUp streams until the lag is under the cutover gate. The byte lag is
+// measured against the source's current WAL insert position (not against
+// what the applier has heard of, which is nothing before it connects); the
+// time lag is the age of the oldest received, unapplied transaction.
+func (r *run) catchUp(ctx context.Context, m metadata.Move) error {
+	if err := r.startStream(ctx, m); err != nil {
+		return err
+	}
+	src, err := r.e.connect(ctx, r.source)
+	if err != nil {
+		return err
+	}
+	defer src.Close(context.WithoutCancel(ctx))
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	lastSave := time.Now()
+	for {
+		if err := r.streamErr(); err != nil {
+			return err
+		}
+		var current string
+		if err := src.QueryRow(ctx, "SELECT pg_current_wal_insert_lsn()::text").Scan(&current); err != nil {
+			return err
+		}
+		head, err := pglogrepl.ParseLSN(current)
+		if err != nil {
+			return err
+		}
+		processed := r.stream.Processed()
+		var lagBytes uint64
+		if head > processed {
+			lagBytes = uint64(head - processed)
+		}
+		_, lag := r.stream.Lag()
+		r.progress(Progress{MoveID: m.ID, Phase: CatchingUp, BytesDone: m.BytesCopied, BytesTotal: m.BytesTotal, LagBytes: lagBytes, Lag: lag})
+		if time.Since(lastSave) > 2*time.Second {
+			lastSave = time.Now()
+			_ = r.e.cat.SetProgress(ctx, m.ID, m.BytesCopied, m.BytesTotal, "", processed.String())
+			if err := r.lease.Held(ctx); err != nil {
+				return err // the loop takes the lease again, or stops
+			}
+			cur, err := r.e.cat.Move(ctx, m.ID)
+			if err == nil && cur.CancelRequested {
+				return metadata.ErrPhaseConflict // re-read: the loop cancels
+			}
+		}
+		if processed > 0 && lagBytes <= r.e.cfg.CutoverMaxLagBytes && lag <= r.e.cfg.CutoverMaxLag {
+			_ = r.e.cat.SetProgress(ctx, m.ID, m.BytesCopied, m.BytesTotal, "", processed.String())
+			return r.transition(ctx, m, CatchingUp, Cutover, fmt.Sprintf("lag %d bytes, %s", lagBytes, lag.Round(time.Millisecond)))
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+		}
+	}
+}

@@ -1,0 +1,154 @@
+package mover
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/shardmover/shardmover/metadata"
+	"github.com/shardmover/shardmover/replication"
+	"go.uber.org/zap"
+)
+
+// The phases that build the target: setup (tables, publication, slot),
+// copying and indexing (docs/design.md 5).
+
+// connectBoth opens one connection to the source and one to the target.
+func (r *run) connectBoth(ctx context.Context) (*pgx.Conn, *pgx.Conn, error) {
+	src, err := r.e.connect(ctx, r.source)
+	if err != nil {
+		return nil, nil, err
+	}
+	dst, err := r.e.connect(ctx, r.target)
+	if err != nil {
+		src.Close(ctx)
+		return nil, nil, err
+	}
+	return src, dst, nil
+}
+
+func closeBoth(ctx context.Context, conns ...*pgx.Conn) {
+	for _, c := range conns {
+		c.Close(context.WithoutCancel(ctx))
+	}
+}
+
+// setup creates the target tables, the publication and the slot with its
+// exported snapshot. Anything a crashed earlier attempt left is dropped
+// first: every artifact was recorded before it was created.
+func (r *run) setup(ctx context.Context, m metadata.Move) error {
+	if err := r.dropArtifacts(ctx, m, metadata.CleanupAlways, metadata.CleanupOnFailure); err != nil {
+		return err
+	}
+	// On Citus, reference tables first, as Citus does before a move.
+	if err := r.e.cat.EnsureReferenceTables(ctx); err != nil {
+		return err
+	}
+	src, dst, err := r.connectBoth(ctx)
+	if err != nil {
+		return err
+	}
+	defer closeBoth(ctx, src, dst)
+	if r.citus() {
+		if err := metadata.ActAsCitusRebalancer(ctx, dst); err != nil {
+			return err
+		}
+	}
+	for _, t := range shardIdents(m) {
+		ddl, err := metadata.ReadTableDDL(ctx, src, t)
+		if err != nil {
+			return err
+		}
+		if err := r.e.cat.AddCleanup(ctx, m.ID, m.TargetGroup, metadata.ObjectTable, metadata.QualifiedName(t), metadata.CleanupOnFailure); err != nil {
+			return err
+		}
+		// Identity columns are BY DEFAULT until the cutover's FinishStatements.
+		if err := metadata.RunDDL(ctx, dst, "CREATE SCHEMA IF NOT EXISTS "+pgx.Identifier{t[0]}.Sanitize(),
+			ddl.CreateStatement(t, "", metadata.MoveTarget)); err != nil {
+			return fmt.Errorf("create %s on %s: %w", t.Sanitize(), r.target.Addr(), err)
+		}
+	}
+	name := m.Name()
+	if err := r.e.cat.AddCleanup(ctx, m.ID, m.SourceGroup, metadata.ObjectPublication, name, metadata.CleanupAlways); err != nil {
+		return err
+	}
+	if err := replication.CreatePublication(ctx, src, name, shardIdents(m)); err != nil {
+		return err
+	}
+	if err := r.e.cat.AddCleanup(ctx, m.ID, m.TargetGroup, metadata.ObjectOrigin, name, metadata.CleanupAlways); err != nil {
+		return err
+	}
+	if err := r.e.cat.AddCleanup(ctx, m.ID, m.SourceGroup, metadata.ObjectSlot, name, metadata.CleanupAlways); err != nil {
+		return err
+	}
+	snap, err := replication.CreateSlot(ctx, r.e.dsn(r.source), name)
+	if err != nil {
+		return err
+	}
+	r.snapshot = snap
+	r.log.Info("slot created", zap.String("slot", name), zap.Stringer("lsn", snap.ConsistentLSN))
+	if err := r.e.cat.SetProgress(ctx, m.ID, 0, 0, snap.ConsistentLSN.String(), ""); err != nil {
+		return err
+	}
+	return r.transition(ctx, m, Setup, Copying, "slot "+name+" at "+snap.ConsistentLSN.String())
+}
+
+// copy copies every table from the exported snapshot.
+func (r *run) copy(ctx context.Context, m metadata.Move) error {
+	last := time.Now()
+	res, err := replication.Copy(ctx, replication.CopyOptions{
+		SourceDSN:      r.e.dsn(r.source),
+		TargetDSN:      r.e.dsn(r.target),
+		Snapshot:       r.snapshot.Name,
+		Tables:         shardIdents(m),
+		Workers:        r.e.cfg.CopyWorkers,
+		RangesPerTable: r.e.cfg.RangesPerTable,
+		BytesPerSecond: r.e.cfg.BytesPerSecond,
+		Limiter:        r.e.copyLimiter,
+		Progress: func(done, total int64) {
+			r.progress(Progress{MoveID: m.ID, Phase: Copying, BytesDone: done, BytesTotal: total})
+			if time.Since(last) > time.Second {
+				last = time.Now()
+				_ = r.e.cat.SetProgress(ctx, m.ID, done, total, "", "")
+			}
+		},
+		Logger: r.log,
+	})
+	_ = r.snapshot.Release(ctx)
+	r.snapshot = nil
+	if err != nil {
+		return err
+	}
+	if err := r.e.cat.SetProgress(ctx, m.ID, res.Bytes, res.Bytes, "", ""); err != nil {
+		return err
+	}
+	return r.transition(ctx, m, Copying, Indexing, fmt.Sprintf("%d rows, %d bytes", res.Rows, res.Bytes))
+}
+
+// index builds secondary indexes (and other constraints the source has) on
+// the target and analyzes the tables.
+func (r *run) index(ctx context.Context, m metadata.Move) error {
+	src, dst, err := r.connectBoth(ctx)
+	if err != nil {
+		return err
+	}
+	defer closeBoth(ctx, src, dst)
+	if r.citus() {
+		if err := metadata.ActAsCitusRebalancer(ctx, dst); err != nil {
+			return err
+		}
+	}
+	for _, t := range shardIdents(m) {
+		ddl, err := metadata.ReadTableDDL(ctx, src, t)
+		if err != nil {
+			return err
+		}
+		// Indexes, NOT VALID constraints and the replica identity, then
+		// ANALYZE: each without statement_timeout, one statement at a time.
+		if err := metadata.RunDDL(ctx, dst, append(ddl.IndexStatements(t, ""), "ANALYZE "+t.Sanitize())...); err != nil {
+			return fmt.Errorf("build indexes of %s on %s: %w", t.Sanitize(), r.target.Addr(), err)
+		}
+	}
+	return r.transition(ctx, m, Indexing, CatchingUp, "indexes built")
+}
