@@ -171,9 +171,6 @@ func planOnce(in *Input, rule pickRule, restrictedFirst bool, cands *[][]int32) 
 	o.minMoves = p.minMoves(o.lo, o.hi)
 	if !in.DrainOnly {
 		newBalancer(p, o.lo, o.hi, rule).run()
-		if rule == pickFit {
-			p.shrinkBytes(o.lo, o.hi)
-		}
 	}
 	p.dropResolvedSkips()
 

@@ -395,7 +395,8 @@ func repairPlan(p *planner, lo, hi float64) *repairer {
 	return r
 }
 
-// improve runs the local steps: spread, then bytes, then dropping moves.
+// improve runs the local steps: spread, then bytes, then dropping moves,
+// then moving smaller groups.
 func (r *repairer) improve() {
 	for r.work > 0 && r.spreadRound() {
 	}
@@ -404,6 +405,71 @@ func (r *repairer) improve() {
 		}
 	}
 	r.trim()
+	r.shrink()
+}
+
+// shrink lowers the bytes the plan moves: each balancing move, largest
+// group first, is given the smallest group of the same colocation that
+// starts on the same node and does not move, when the exchange leaves the
+// two nodes no further outside the cost band and the byte band (counts do
+// not change, so neither does spread). The moved group then stays where it
+// started. This is the byte-saving pass: it never trades balance for
+// bytes. Each move looks at most shrinkScan candidates.
+func (r *repairer) shrink() {
+	const shrinkScan = 32
+	p := r.p
+	type key struct {
+		coloc int32
+		bytes int64
+		g     int32
+	}
+	var moved []key
+	stay := make([][]key, len(p.nodes))
+	for gi := range p.groups {
+		g := int32(gi)
+		if !r.movable[g] || r.forced[g] {
+			continue
+		}
+		k := key{p.groups[g].coloc, p.groups[g].Bytes, g}
+		if r.node[g] != r.origin[g] {
+			moved = append(moved, k)
+		} else {
+			stay[r.node[g]] = append(stay[r.node[g]], k)
+		}
+	}
+	if len(moved) == 0 {
+		return
+	}
+	byKey := func(x, y key) int { return cmp.Or(cmp.Compare(x.coloc, y.coloc), cmp.Compare(x.bytes, y.bytes), cmp.Compare(x.g, y.g)) }
+	for n := range stay {
+		slices.SortFunc(stay[n], byKey)
+	}
+	slices.SortFunc(moved, func(x, y key) int { return cmp.Or(cmp.Compare(y.bytes, x.bytes), cmp.Compare(x.g, y.g)) })
+	for _, m := range moved {
+		if r.work <= 0 {
+			return
+		}
+		g := m.g
+		o, t := r.origin[g], r.node[g]
+		if o == t || !r.canGo(g, o) {
+			continue
+		}
+		list := stay[o]
+		i, _ := slices.BinarySearchFunc(list, key{m.coloc, 0, -1}, byKey)
+		for seen := 0; i < len(list) && list[i].coloc == m.coloc && list[i].bytes < m.bytes && seen < shrinkScan; i++ {
+			h := list[i].g
+			if r.node[h] != o || !r.canGo(h, t) {
+				continue
+			}
+			seen++
+			opt := option{g: g, h: h, a: t, b: o}
+			r.eval(&opt)
+			if opt.dSpread <= 0 && r.costOK(&opt) && opt.dBytes <= r.bytesTol(&opt) && opt.dMoved < 0 && opt.dMoves <= 0 {
+				r.apply(&opt)
+				break
+			}
+		}
+	}
 }
 
 // repairScore is what decides between repair variants and between the
