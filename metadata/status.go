@@ -20,7 +20,11 @@ type Status struct {
 	Nodes         []StatusNode  `json:"nodes"`
 	Tables        []StatusTable `json:"tables"`
 	ShardGroups   []StatusGroup `json:"shard_groups"`
-	Warnings      []string      `json:"warnings,omitempty"`
+	// Slots are the shardmover_* replication slots found on the active
+	// nodes, with the WAL each retains. Only a live status reads them; a
+	// document built from a snapshot alone has none.
+	Slots    []StatusSlot `json:"replication_slots"`
+	Warnings []string     `json:"warnings,omitempty"`
 }
 
 // StatusNode is one node with what it holds.
@@ -58,10 +62,33 @@ type StatusGroup struct {
 	SizeKnown    bool     `json:"size_known"`
 }
 
+// StatusSlot is one shardmover_* replication slot on a node and the WAL it
+// keeps there. A slot keeps every WAL segment from its restart_lsn on, so a
+// slot whose move stalled or ended without dropping it fills the node's
+// disk; the mover's guard fails a move past --max-retained-wal, and
+// `shardmover cleanup` drops slots no unfinished move owns.
+type StatusSlot struct {
+	NodeID int32  `json:"node_id"`
+	Addr   string `json:"addr"`
+	Name   string `json:"name"`
+	// MoveID is the move the name says owns the slot (shardmover_<id>); 0
+	// when the name carries no move id.
+	MoveID int64 `json:"move_id"`
+	// Active is true while a walsender streams from the slot.
+	Active bool `json:"active"`
+	// RetainedWALBytes is pg_current_wal_lsn() - restart_lsn on the node;
+	// RetainedKnown is false when the slot reserves no WAL (then it is 0).
+	RetainedWALBytes int64 `json:"retained_wal_bytes"`
+	RetainedKnown    bool  `json:"retained_known"`
+	// WALStatus is pg_replication_slots.wal_status (reserved, extended,
+	// unreserved, lost).
+	WALStatus string `json:"wal_status,omitempty"`
+}
+
 // Status renders the snapshot in its documented JSON form.
 func (c *Cluster) Status(coordinator string) Status {
 	st := Status{SchemaVersion: StatusSchemaVersion, Flavor: c.Flavor, Coordinator: coordinator,
-		Nodes: []StatusNode{}, Tables: []StatusTable{}, ShardGroups: []StatusGroup{}, Warnings: c.Warnings}
+		Nodes: []StatusNode{}, Tables: []StatusTable{}, ShardGroups: []StatusGroup{}, Slots: []StatusSlot{}, Warnings: c.Warnings}
 	idx := map[int32]int{}
 	for _, n := range c.Nodes {
 		role := "worker"

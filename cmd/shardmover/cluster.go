@@ -2,12 +2,15 @@ package main
 
 import (
 	"fmt"
+	"io"
+	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
 
 	"github.com/shardmover/shardmover/internal/units"
 	"github.com/shardmover/shardmover/metadata"
+	"github.com/shardmover/shardmover/mover"
 )
 
 func newNodeCmd(g *globals) *cobra.Command {
@@ -118,7 +121,7 @@ func newTableCmd(g *globals) *cobra.Command {
 func newStatusCmd(g *globals) *cobra.Command {
 	return &cobra.Command{
 		Use:   "status",
-		Short: "Show nodes, what each holds, and the distributed tables",
+		Short: "Show nodes, what each holds, the distributed tables, and the WAL each shardmover slot retains",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
@@ -132,6 +135,9 @@ func newStatusCmd(g *globals) *cobra.Command {
 				return err
 			}
 			st := cl.Status(cat.CoordinatorAddr())
+			slots, warns := mover.RetainedWAL(ctx, cat, cl.Nodes)
+			st.Slots = slots
+			st.Warnings = append(append([]string{}, st.Warnings...), warns...)
 			if g.output == "json" {
 				return writeJSON(cmd.OutOrStdout(), st)
 			}
@@ -170,9 +176,35 @@ func printStatus(cmd *cobra.Command, st metadata.Status) {
 		tt.row(x.Name, x.Column, x.ColumnType, x.ShardCount, x.ColocationID)
 	}
 	tt.write(w)
+	fmt.Fprintln(w)
+	printSlots(w, st.Slots)
 	for _, warn := range st.Warnings {
 		fmt.Fprintln(w, "warning: "+warn)
 	}
+}
+
+// printSlots lists the shardmover_* replication slots and the WAL each
+// keeps on its node.
+func printSlots(w io.Writer, slots []metadata.StatusSlot) {
+	if len(slots) == 0 {
+		fmt.Fprintln(w, "replication slots: no shardmover slot retains WAL on any node")
+		return
+	}
+	var total int64
+	t := newTable("SLOT", "NODE", "ADDRESS", "MOVE", "ACTIVE", "RETAINED WAL", "WAL STATUS")
+	for _, s := range slots {
+		move, retained := "-", "-"
+		if s.MoveID > 0 {
+			move = strconv.FormatInt(s.MoveID, 10)
+		}
+		if s.RetainedKnown {
+			retained = units.Bytes(s.RetainedWALBytes)
+			total += s.RetainedWALBytes
+		}
+		t.row(s.Name, s.NodeID, s.Addr, move, s.Active, retained, s.WALStatus)
+	}
+	t.write(w)
+	fmt.Fprintf(w, "replication slots: %d, retaining %s of WAL in all\n", len(slots), units.Bytes(total))
 }
 
 // exactArgs is cobra.ExactArgs with a sentence that says what to give.
