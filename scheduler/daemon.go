@@ -70,14 +70,18 @@ type Daemon struct {
 	ln        net.Listener
 	holder    string
 
-	mu       sync.Mutex
-	state    LeaderState
-	term     *metadata.Leadership
-	record   *metadata.LeaderRecord // the journal's leader row, as last read
-	phases   map[string]int64       // moves by phase, as last read
-	lastErr  string
-	lastPlan time.Time
-	running  sync.Mutex // held while a rebalance or a resumed job runs
+	mu     sync.Mutex
+	state  LeaderState
+	term   *metadata.Leadership
+	record *metadata.LeaderRecord // the journal's leader row, as last read
+	phases map[string]int64       // moves by phase, as last read
+	// slots are the shardmover_* replication slots as last read (slotsLoop).
+	slots        []metadata.StatusSlot
+	slotWarnings []string
+	slotsAt      time.Time
+	lastErr      string
+	lastPlan     time.Time
+	running      sync.Mutex // held while a rebalance or a resumed job runs
 }
 
 // LeaderState is where a daemon stands in the election.
@@ -244,6 +248,11 @@ func (d *Daemon) Start(ctx context.Context) error {
 	go func() {
 		defer bg.Done()
 		d.refreshLoop(ctx)
+	}()
+	bg.Add(1)
+	go func() {
+		defer bg.Done()
+		d.slotsLoop(ctx)
 	}()
 	d.log.Info("daemon started", zap.String("listen", d.Addr()), zap.String("holder", d.holder))
 	var lastWarn time.Time
@@ -744,6 +753,9 @@ func (d *Daemon) mux() *http.ServeMux {
 		}
 		if !d.lastPlan.IsZero() {
 			body["last_plan_at"] = d.lastPlan
+		}
+		if !d.slotsAt.IsZero() {
+			body["replication_slots"] = slotsStatus{ReadAt: d.slotsAt, Slots: nonNil(d.slots), Warnings: d.slotWarnings}
 		}
 		d.mu.Unlock()
 		w.Header().Set("Content-Type", "application/json")

@@ -6,6 +6,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/shardmover/shardmover/metadata"
 	"github.com/shardmover/shardmover/mover"
 )
 
@@ -25,6 +26,9 @@ type Metrics struct {
 	Epoch     prometheus.Gauge
 	Imbalance prometheus.Gauge
 	Triggers  *prometheus.CounterVec
+	// SlotRetainedWAL is the WAL each shardmover_* replication slot
+	// retains on its node, as last read (every daemon, every 5 polls).
+	SlotRetainedWAL *prometheus.GaugeVec
 
 	mu     sync.Mutex
 	copied map[int64]int64
@@ -54,9 +58,13 @@ func NewMetrics() *Metrics {
 			Help: "Largest relative distance of a node's utilization from the average after the last plan."}),
 		Triggers: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "shardmover_triggers_total",
 			Help: "Rebalance triggers, by source."}, []string{"source"}),
+		SlotRetainedWAL: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "shardmover_slot_retained_wal_bytes",
+			Help: "WAL retained on its node by each shardmover_* replication slot (pg_current_wal_lsn() - restart_lsn)."},
+			[]string{"slot", "node", "move_id"}),
 		copied: map[int64]int64{},
 	}
 	m.Registry.MustRegister(m.MovesByPhase, m.BytesCopied, m.Lag, m.CutoverPause, m.JobDuration, m.Leader, m.LeaderChanges, m.Epoch, m.Imbalance, m.Triggers,
+		m.SlotRetainedWAL,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	return m
 }
@@ -88,6 +96,15 @@ func (m *Metrics) setPhases(counts map[string]int64) {
 	}
 	for p, n := range counts {
 		m.MovesByPhase.WithLabelValues(p).Set(float64(n))
+	}
+}
+
+// setSlots replaces the retained-WAL gauge with the slots just read: a
+// slot that is gone leaves the gauge. A slot that reserves no WAL shows 0.
+func (m *Metrics) setSlots(slots []metadata.StatusSlot) {
+	m.SlotRetainedWAL.Reset()
+	for _, s := range slots {
+		m.SlotRetainedWAL.WithLabelValues(s.Name, s.Addr, itoa64(s.MoveID)).Set(float64(s.RetainedWALBytes))
 	}
 }
 
