@@ -378,20 +378,22 @@ func (r *repairer) relocate(gi, t int32) {
 // outside the band than the plan had, it is kept without trying the local
 // one.
 func repairPlan(p *planner, lo, hi float64) *repairer {
-	r := newRepairer(p, lo, hi)
-	if r.budget == math.MaxInt && r.spreadTotal() > 0 {
-		was := r.score()
-		g := newRepairer(p, lo, hi)
-		g.global()
+	g := newRepairer(p, lo, hi)
+	if g.budget != math.MaxInt || g.spreadTotal() == 0 {
 		g.improve()
-		if gs := g.score(); gs.costV <= was.costV+was.costEps {
-			return g
-		} else if r.improve(); gs.better(r.score()) {
-			return g
-		}
-		return r
+		return g
 	}
-	r.improve()
+	was := g.score()
+	g.global()
+	g.improve()
+	gs := g.score()
+	if gs.costV <= was.costV+was.costEps {
+		return g
+	}
+	r := newRepairer(p, lo, hi)
+	if r.improve(); gs.better(r.score()) {
+		return g
+	}
 	return r
 }
 
@@ -416,7 +418,7 @@ func (r *repairer) improve() {
 // started. This is the byte-saving pass: it never trades balance for
 // bytes. Each move looks at most shrinkScan candidates.
 func (r *repairer) shrink() {
-	const shrinkScan = 32
+	const shrinkScan = 8
 	p := r.p
 	type key struct {
 		coloc int32
@@ -440,7 +442,9 @@ func (r *repairer) shrink() {
 	if len(moved) == 0 {
 		return
 	}
-	byKey := func(x, y key) int { return cmp.Or(cmp.Compare(x.coloc, y.coloc), cmp.Compare(x.bytes, y.bytes), cmp.Compare(x.g, y.g)) }
+	byKey := func(x, y key) int {
+		return cmp.Or(cmp.Compare(x.coloc, y.coloc), cmp.Compare(x.bytes, y.bytes), cmp.Compare(x.g, y.g))
+	}
 	for n := range stay {
 		slices.SortFunc(stay[n], byKey)
 	}
@@ -455,7 +459,17 @@ func (r *repairer) shrink() {
 			continue
 		}
 		list := stay[o]
-		i, _ := slices.BinarySearchFunc(list, key{m.coloc, 0, -1}, byKey)
+		// With bytes balanced, the exchange moves g−h bytes onto o and off
+		// t: start at the smallest h both nodes' room in the band allows.
+		from := int64(0)
+		if r.bytesOn {
+			room := min(r.bHi*p.nodes[o].cap-r.bytes[o], r.bytes[t]-r.bLo*p.nodes[t].cap)
+			if room < 0 {
+				continue
+			}
+			from = max(0, m.bytes-int64(room))
+		}
+		i, _ := slices.BinarySearchFunc(list, key{m.coloc, from, -1}, byKey)
 		for seen := 0; i < len(list) && list[i].coloc == m.coloc && list[i].bytes < m.bytes && seen < shrinkScan; i++ {
 			h := list[i].g
 			if r.node[h] != o || !r.canGo(h, t) {
