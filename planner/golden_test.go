@@ -36,6 +36,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -264,4 +265,51 @@ func parseSize(v string) (int64, error) {
 		return 0, fmt.Errorf("size %q: %w", v, err)
 	}
 	return int64(f * float64(mult)), nil
+}
+
+// TestGoldenGoals checks on the golden layouts of issue 14 what their
+// plans must achieve, independently of the rendered text: every colocation
+// group spread with per-node counts differing by at most one (all these
+// nodes have capacity 1), and, with by_disk_size, every node's bytes
+// within the band of the average.
+func TestGoldenGoals(t *testing.T) {
+	for _, name := range []string{"colocations", "colocations_few_shards", "drain_one_of_ten", "demo_small_groups", "bigger_run", "base_cost_small_groups", "waves"} {
+		t.Run(name, func(t *testing.T) {
+			raw, err := os.ReadFile(filepath.Join("testdata", name+".txt"))
+			require.NoError(t, err)
+			text, _, _ := strings.Cut(string(raw), goldenSep)
+			in, err := parseLayout(text)
+			require.NoError(t, err)
+			res, err := Plan(in)
+			require.NoError(t, err)
+			checkInvariants(t, in, res)
+			final := finalNodes(res)
+			nodeOf := func(g *Group) int64 {
+				if n, ok := final[g.ID]; ok {
+					return n
+				}
+				return g.Node
+			}
+			excess, width := colocSpread(in, nodeOf)
+			assert.Zero(t, excess, "colocation groups outside their quotas")
+			assert.LessOrEqual(t, width, 1, "a colocation's counts differ by more than one")
+			if in.Strategy == ByDiskSize {
+				assert.True(t, res.BytesBalanced, "bytes not balanced: %+v", res.BytesLimit)
+				var total float64
+				var n int
+				for _, a := range res.After {
+					if a.Eligible {
+						total += float64(a.Bytes)
+						n++
+					}
+				}
+				avg := total / float64(n)
+				for _, a := range res.After {
+					if a.Eligible {
+						assert.InDelta(t, avg, float64(a.Bytes), in.Threshold*avg+1, "node %s", a.Name)
+					}
+				}
+			}
+		})
+	}
 }

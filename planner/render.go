@@ -13,10 +13,11 @@ import (
 
 const barWidth = 20
 
-// Render writes the plan for people: a summary, the moves, the skipped
-// moves, and every node's fill before and after with ASCII bars. Fill is
-// shown as a percentage of the average utilization, so 100% is exactly
-// balanced whatever the strategy. The output depends only on r.
+// Render writes the plan for people: a summary (with, when the nodes'
+// bytes could not be balanced, the group that prevents it), the moves, the
+// skipped moves, and every node's fill before and after with ASCII bars.
+// Fill is shown as a percentage of the average utilization, so 100% is
+// exactly balanced whatever the strategy. The output depends only on r.
 func (r Result) Render(w io.Writer) error {
 	var b strings.Builder
 	maxMoves := "unlimited"
@@ -33,6 +34,9 @@ func (r Result) Render(w io.Writer) error {
 		avg, r.pct(r.Lower), r.pct(r.Upper))
 	fmt.Fprintf(&b, "%s in %s, %s; balanced: %s; converged: %s\n",
 		plural(len(r.Moves), "move"), plural(r.Waves, "wave"), units.Bytes(r.MovedBytes), yesNo(r.Balanced), yesNo(r.Converged))
+	if l := r.BytesLimit; l != nil {
+		fmt.Fprintf(&b, "bytes not balanced: %s\n", l.Detail)
+	}
 
 	b.WriteString("\nmoves:\n")
 	if len(r.Moves) == 0 {

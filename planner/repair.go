@@ -682,7 +682,7 @@ func (r *repairer) global() {
 		}
 		for _, it := range list {
 			gi := it.g
-			dest[gi] = r.node[gi]
+			dest[gi] = -1
 			held = held[:0]
 			for h.len() > 0 && len(held) < 64 {
 				n := h.pop()
@@ -701,11 +701,13 @@ func (r *repairer) global() {
 			for _, n := range held {
 				h.push(n)
 			}
-			if dest[gi] == r.node[gi] && need.get(r.node[gi], c) > 0 {
-				need.add(r.node[gi], c, -1)
-				h.fix(r.node[gi])
-				if need.get(r.node[gi], c) == 0 {
-					h.remove(r.node[gi])
+			if dest[gi] < 0 { // nowhere to go: it stays
+				dest[gi] = r.node[gi]
+				if n := r.node[gi]; need.get(n, c) > 0 {
+					need.add(n, c, -1)
+					if need.get(n, c) == 0 {
+						h.remove(n)
+					}
 				}
 			}
 		}
@@ -1078,6 +1080,27 @@ func (r *repairer) bestBytes(a, b int32) option {
 				return best
 			}
 			consider(option{g: g, h: same[q], a: a, b: b})
+		}
+	}
+	if best.g >= 0 {
+		return best
+	}
+	// Swaps across colocations, when every count stays within its quota
+	// (eval measures that).
+	slices.SortFunc(hs, func(x, y int32) int {
+		return cmp.Or(cmp.Compare(p.groups[x].Bytes, p.groups[y].Bytes), cmp.Compare(x, y))
+	})
+	for _, g := range gs {
+		G := &p.groups[g]
+		target := float64(G.Bytes) - want
+		k, _ := slices.BinarySearchFunc(hs, target, func(h int32, v float64) int { return cmp.Compare(float64(p.groups[h].Bytes), v) })
+		for q := max(0, k-2); q < min(len(hs), k+2); q++ {
+			if r.work <= 0 {
+				return best
+			}
+			if p.groups[hs[q]].coloc != G.coloc {
+				consider(option{g: g, h: hs[q], a: a, b: b})
+			}
 		}
 	}
 	return best
