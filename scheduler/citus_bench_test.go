@@ -9,8 +9,10 @@ package scheduler_test
 // through Citus (half through the coordinator, half through the workers).
 // Each sub-benchmark builds its own fresh cluster with identical data.
 //
-// Run it (one iteration each; the size is the events' data in MB, 150 by
-// default):
+// Run it (one iteration each; SHARDMOVER_BENCH_CITUS_MB is about the
+// data's size in MB, 150 by default, and data_MB reports what was loaded;
+// SHARDMOVER_BENCH_CITUS_STRATEGY is by_shard_count, the default, or
+// by_disk_size):
 //
 //	SHARDMOVER_BENCH_CITUS_MB=150 go test ./scheduler/ -run '^$' -bench BenchmarkCitusRebalance -benchtime=1x -timeout 60m
 //
@@ -19,16 +21,22 @@ package scheduler_test
 // (shards that changed node, sized by citus_shards before the rebalance),
 // data_MB (all github shards), max_write_ms and p99_write_ms (acknowledged
 // writes started during the rebalance), writes/s_during and writes/s_before
-// (the 5 s before it), errors (writes the workload saw fail), and
-// citus_plan_moves (Citus's by_shard_count plan afterwards; 0 = Citus
-// agrees the cluster is balanced). The workload's ledger is checked after
-// each run (not timed).
+// (the 5 s before it), errors (writes the workload saw fail),
+// max_cutover_ms (shardmover only: its longest cutover write pause, as it
+// measures it), and citus_plan_moves (Citus's plan by the same strategy
+// afterwards; 0 = Citus agrees the cluster is balanced). The workload's
+// ledger is checked after each run (not timed). The two planners may pick
+// different groups (the data is skewed: a few users write most events), so
+// compare moved_MB too, not only wall_s.
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"sort"
 	"strconv"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -44,8 +52,8 @@ import (
 // benchCitusMBEnv sizes BenchmarkCitusRebalance's data (MB of events).
 const benchCitusMBEnv = "SHARDMOVER_BENCH_CITUS_MB"
 
-// benchStrategy is the rebalance strategy of both sides.
-const benchStrategy = "by_shard_count"
+// benchStrategyEnv names the rebalance strategy of both sides.
+const benchStrategyEnv = "SHARDMOVER_BENCH_CITUS_STRATEGY"
 
 // benchEventBytes is about what one generated github_events row takes on
 // disk (heap, TOAST, primary key and event_type index), to turn MB into
@@ -61,6 +69,13 @@ func BenchmarkCitusRebalance(b *testing.B) {
 		}
 		mb = n
 	}
+	strategy := "by_shard_count"
+	if v := os.Getenv(benchStrategyEnv); v != "" {
+		if v != "by_shard_count" && v != "by_disk_size" {
+			b.Fatalf("%s must be by_shard_count or by_disk_size, got %q", benchStrategyEnv, v)
+		}
+		strategy = v
+	}
 	const users = 2000
 	load := workload.LoadOptions{Seed: 1, Users: users, Events: int64(mb) << 20 / benchEventBytes, ChunkRows: 5000}
 
@@ -70,17 +85,19 @@ func BenchmarkCitusRebalance(b *testing.B) {
 	}{
 		{"shardmover", func(b *testing.B, env *benchCluster) {
 			plan := scheduler.DefaultPlanOptions()
-			plan.Strategy = benchStrategy
+			plan.Strategy = strategy
 			out, err := env.runner.Run(context.Background(), scheduler.JobRequest{Kind: "rebalance", Plan: plan, Limits: mover.DefaultLimits()})
 			require.NoError(b, err)
 			require.NotNil(b, out.Job, "shardmover found nothing to move")
 			require.Equal(b, len(out.Plan.Moves), out.Result.Done, "every planned move done")
+			b.ReportMetric(float64(env.clock.maxPause())/float64(time.Millisecond), "max_cutover_ms")
+			b.Logf("shardmover: time in each phase, summed over the %d moves: %s", len(out.Plan.Moves), env.clock)
 		}},
 		{"citus", func(b *testing.B, env *benchCluster) {
 			ctx := context.Background()
 			var job int64
 			require.NoError(b, env.cat.Pool().QueryRow(ctx, `SELECT citus_rebalance_start(rebalance_strategy := $1, shard_transfer_mode := 'force_logical')`,
-				benchStrategy).Scan(&job))
+				strategy).Scan(&job))
 			_, err := env.cat.Pool().Exec(ctx, `SELECT citus_rebalance_wait()`)
 			require.NoError(b, err)
 			var state string
@@ -114,7 +131,7 @@ func BenchmarkCitusRebalance(b *testing.B) {
 				moved, movedBytes := movedBytes(before, after)
 				var planMoves int
 				require.NoError(b, env.cat.Pool().QueryRow(context.Background(),
-					`SELECT count(*) FROM get_rebalance_table_shards_plan(rebalance_strategy := $1)`, benchStrategy).Scan(&planMoves))
+					`SELECT count(*) FROM get_rebalance_table_shards_plan(rebalance_strategy := $1)`, strategy).Scan(&planMoves))
 
 				var during []time.Duration
 				var beforeN int
@@ -148,8 +165,8 @@ func BenchmarkCitusRebalance(b *testing.B) {
 				b.ReportMetric(float64(errs), "errors")
 				b.ReportMetric(float64(planMoves), "citus_plan_moves")
 				top := during[:min(5, len(during))]
-				b.Logf("%s: %d of %d shards moved (%.1f of %.1f MB) in %s; slowest writes during it %v; workload errors %v; layout after: %s",
-					side.name, moved, len(before.node), float64(movedBytes)/(1<<20), float64(dataBytes)/(1<<20), wall.Round(time.Millisecond), top, res.Errors, describeLayout(after))
+				b.Logf("%s (%s): %d of %d shards moved (%.1f of %.1f MB) in %s; slowest writes during it %v; workload errors %v; layout after: %s",
+					side.name, strategy, moved, len(before.node), float64(movedBytes)/(1<<20), float64(dataBytes)/(1<<20), wall.Round(time.Millisecond), top, res.Errors, describeLayout(after))
 
 				v, err := workload.Check(context.Background(), env.r, res.Ledger)
 				require.NoError(b, err)
@@ -166,6 +183,7 @@ type benchCluster struct {
 	cat    *metadata.Catalog
 	r      *workload.Router
 	runner *scheduler.Runner
+	clock  *phaseClock
 }
 
 func newBenchCluster(b *testing.B, load workload.LoadOptions) *benchCluster {
@@ -180,5 +198,64 @@ func newBenchCluster(b *testing.B, load workload.LoadOptions) *benchCluster {
 	require.NoError(b, cat.InstallJournal(ctx))
 	_, err = cat.Pool().Exec(ctx, "VACUUM ANALYZE github_users, github_events")
 	require.NoError(b, err)
-	return &benchCluster{cat: cat, r: r, runner: citusRunner(b, cat, zap.NewNop())}
+	env := &benchCluster{cat: cat, r: r, clock: &phaseClock{last: map[int64]time.Time{}, total: map[string]time.Duration{}}}
+	cfg := mover.DefaultConfig()
+	cfg.Logger = zap.NewNop()
+	cfg.AfterPhase = env.clock.after
+	cfg.OnCutover = env.clock.cutover
+	env.runner = scheduler.NewRunner(cat, cfg, nil)
+	return env
+}
+
+// phaseClock adds up, over a job's moves, the time each spent in each phase
+// (from its previous phase change; the first phase, scheduled, is waiting
+// and not counted), and records each cutover's write pause.
+type phaseClock struct {
+	mu     sync.Mutex
+	last   map[int64]time.Time
+	total  map[string]time.Duration
+	order  []string
+	pauses []time.Duration
+}
+
+func (c *phaseClock) after(id int64, p mover.Phase) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := time.Now()
+	if t, ok := c.last[id]; ok {
+		name := p.String()
+		if _, seen := c.total[name]; !seen {
+			c.order = append(c.order, name)
+		}
+		c.total[name] += now.Sub(t)
+	}
+	c.last[id] = now
+	return nil
+}
+
+func (c *phaseClock) cutover(_ int64, pause time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.pauses = append(c.pauses, pause)
+}
+
+func (c *phaseClock) maxPause() time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var m time.Duration
+	for _, p := range c.pauses {
+		m = max(m, p)
+	}
+	return m
+}
+
+func (c *phaseClock) String() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var b strings.Builder
+	for _, name := range c.order {
+		fmt.Fprintf(&b, "%s %s, ", name, c.total[name].Round(time.Millisecond))
+	}
+	fmt.Fprintf(&b, "cutover pauses %v", c.pauses)
+	return b.String()
 }
