@@ -344,3 +344,102 @@ func (c *Catalog) CleanupCitusOrphans(ctx context.Context) error {
 	}
 	return nil
 }
+
+// CitusStrategy is a row of Citus's rebalance strategy catalog
+// (pg_dist_rebalance_strategy), with its functions as schema-qualified
+// names, and the by_disk_size base cost the cluster is set to.
+type CitusStrategy struct {
+	Name                 string
+	Cost                 pgx.Identifier // (shardid bigint) -> real
+	Capacity             pgx.Identifier // (nodeid int) -> real
+	Allowed              pgx.Identifier // (shardid bigint, nodeid int) -> boolean
+	Threshold            float64
+	MinimumThreshold     float64
+	ImprovementThreshold float64
+	// BaseCost is citus.rebalancer_by_disk_size_base_cost in bytes.
+	BaseCost int64
+}
+
+// Citus's built-in strategy functions, which the planner computes itself.
+var (
+	CitusCostOne         = pgx.Identifier{"pg_catalog", "citus_shard_cost_1"}
+	CitusCostDiskSize    = pgx.Identifier{"pg_catalog", "citus_shard_cost_by_disk_size"}
+	CitusCapacityOne     = pgx.Identifier{"pg_catalog", "citus_node_capacity_1"}
+	CitusAllowedAlways   = pgx.Identifier{"pg_catalog", "citus_shard_allowed_on_node_true"}
+	defaultCitusBaseCost = int64(100 << 20)
+)
+
+// CitusDefaultStrategy reads Citus's default rebalance strategy (the row
+// with default_strategy), or nil on compat.
+func (c *Catalog) CitusDefaultStrategy(ctx context.Context) (*CitusStrategy, error) {
+	if c.flavor != Citus {
+		return nil, nil
+	}
+	fn := func(col string) string {
+		return `(SELECT ARRAY[n.nspname::text, p.proname::text] FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE p.oid = s.` + col + `)`
+	}
+	var s CitusStrategy
+	var cost, capacity, allowed []string
+	err := c.pool.QueryRow(ctx, `SELECT s.name::text, `+fn("shard_cost_function")+`, `+fn("node_capacity_function")+`, `+
+		fn("shard_allowed_on_node_function")+`, s.default_threshold, s.minimum_threshold, coalesce(s.improvement_threshold, 0)
+		FROM pg_catalog.pg_dist_rebalance_strategy s WHERE s.default_strategy`).
+		Scan(&s.Name, &cost, &capacity, &allowed, &s.Threshold, &s.MinimumThreshold, &s.ImprovementThreshold)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, invalidf("Citus has no default rebalance strategy; set one with SELECT citus_set_default_rebalance_strategy('by_disk_size')")
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read Citus's default rebalance strategy: %w", err)
+	}
+	s.Cost, s.Capacity, s.Allowed = cost, capacity, allowed
+	s.BaseCost = defaultCitusBaseCost
+	var base string
+	if err := c.pool.QueryRow(ctx, "SELECT coalesce((SELECT setting FROM pg_settings WHERE name = 'citus.rebalancer_by_disk_size_base_cost'), '')").Scan(&base); err == nil && base != "" {
+		if n, err := strconv.ParseInt(base, 10, 64); err == nil && n >= 0 {
+			s.BaseCost = n
+		}
+	}
+	return &s, nil
+}
+
+// CitusShardCosts calls the strategy's cost function for each of shards
+// (each a shard group's first shard: Citus's cost of a shard covers its
+// colocated shards).
+func (c *Catalog) CitusShardCosts(ctx context.Context, s *CitusStrategy, shards []int64) (map[int64]float64, error) {
+	rows, err := c.pool.Query(ctx, "SELECT x, "+s.Cost.Sanitize()+"(x)::float8 FROM unnest($1::bigint[]) x", shards)
+	if err != nil {
+		return nil, fmt.Errorf("call the cost function %s of Citus strategy %s: %w", s.Cost.Sanitize(), s.Name, err)
+	}
+	out := map[int64]float64{}
+	var id int64
+	var v float64
+	_, err = pgx.ForEachRow(rows, []any{&id, &v}, func() error { out[id] = v; return nil })
+	return out, err
+}
+
+// CitusNodeCapacities calls the strategy's capacity function for each node.
+func (c *Catalog) CitusNodeCapacities(ctx context.Context, s *CitusStrategy, nodes []int32) (map[int32]float64, error) {
+	rows, err := c.pool.Query(ctx, "SELECT x, "+s.Capacity.Sanitize()+"(x)::float8 FROM unnest($1::int[]) x", nodes)
+	if err != nil {
+		return nil, fmt.Errorf("call the capacity function %s of Citus strategy %s: %w", s.Capacity.Sanitize(), s.Name, err)
+	}
+	out := map[int32]float64{}
+	var id int32
+	var v float64
+	_, err = pgx.ForEachRow(rows, []any{&id, &v}, func() error { out[id] = v; return nil })
+	return out, err
+}
+
+// CitusDisallowed calls the strategy's allowed-on-node function for every
+// pair of shards and nodes and returns the pairs it refuses.
+func (c *Catalog) CitusDisallowed(ctx context.Context, s *CitusStrategy, shards []int64, nodes []int32) (map[[2]int64]bool, error) {
+	rows, err := c.pool.Query(ctx, "SELECT x, y FROM unnest($1::bigint[]) x CROSS JOIN unnest($2::int[]) y WHERE NOT "+
+		s.Allowed.Sanitize()+"(x, y)", shards, nodes)
+	if err != nil {
+		return nil, fmt.Errorf("call the allowed-on-node function %s of Citus strategy %s: %w", s.Allowed.Sanitize(), s.Name, err)
+	}
+	out := map[[2]int64]bool{}
+	var x int64
+	var y int32
+	_, err = pgx.ForEachRow(rows, []any{&x, &y}, func() error { out[[2]int64{x, int64(y)}] = true; return nil })
+	return out, err
+}

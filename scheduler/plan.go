@@ -12,6 +12,9 @@ import (
 
 // PlanOptions are the operator's planning choices, as the CLI takes them.
 type PlanOptions struct {
+	// Strategy is by_disk_size or by_shard_count; empty means the
+	// cluster's own (on Citus its default rebalance strategy, applied by
+	// ApplyClusterStrategy; else by_disk_size).
 	Strategy string
 	// Threshold and ImprovementThreshold are nil for the strategy's default.
 	Threshold            *float64
@@ -34,19 +37,24 @@ type PlanOptions struct {
 	AddNodes []string
 }
 
-// DefaultPlanOptions: Citus's defaults. Like Citus since 12.0, the default
-// strategy is by_disk_size (bytes of the group plus a 100 MiB base cost,
-// threshold 0.1): equal shard counts can still leave one node with most of
-// the data.
+// DefaultPlanOptions: Citus's defaults. The strategy is the cluster's own:
+// on Citus its default rebalance strategy (ApplyClusterStrategy), else, as
+// Citus's default since 12.0, by_disk_size (bytes of the group plus a 100
+// MiB base cost, threshold 0.1): equal shard counts can still leave one
+// node with most of the data.
 func DefaultPlanOptions() PlanOptions {
-	return PlanOptions{Strategy: "by_disk_size", MaxMoves: 1000000, MaxPerNode: 1}
+	return PlanOptions{MaxMoves: 1000000, MaxPerNode: 1}
 }
 
 // BuildInput turns a cluster status (live or from a snapshot file) and the
 // operator's options into planner input. Errors match metadata.ErrInvalid
 // and say which flag is wrong and how.
 func BuildInput(st metadata.Status, o PlanOptions) (planner.Input, error) {
-	strategy, err := planner.ParseStrategy(o.Strategy)
+	name := o.Strategy
+	if name == "" {
+		name = "by_disk_size"
+	}
+	strategy, err := planner.ParseStrategy(name)
 	if err != nil {
 		return planner.Input{}, invalidf("--strategy %q does not exist; use by_shard_count or by_disk_size", o.Strategy)
 	}

@@ -64,6 +64,9 @@ func (r *Runner) Plan(ctx context.Context, o PlanOptions) (planner.Result, error
 	if err != nil {
 		return planner.Result{}, err
 	}
+	if err := ApplyClusterStrategy(ctx, r.cat, o, &in); err != nil {
+		return planner.Result{}, err
+	}
 	res, err := planner.Plan(in)
 	if err != nil {
 		return res, invalidf("%v", err)

@@ -40,13 +40,21 @@ func newPlanCmd(g *globals) *cobra.Command {
 			if err := checkPlanFlags(opts); err != nil {
 				return err
 			}
-			st, err := loadStatus(cmd, g, snapshot)
+			st, cat, err := loadStatus(cmd, g, snapshot)
 			if err != nil {
 				return err
+			}
+			if cat != nil {
+				defer cat.Close()
 			}
 			in, err := scheduler.BuildInput(st, opts)
 			if err != nil {
 				return err
+			}
+			if cat != nil {
+				if err := scheduler.ApplyClusterStrategy(cmd.Context(), cat, opts, &in); err != nil {
+					return err
+				}
 			}
 			res, err := planner.Plan(in)
 			if err != nil {
@@ -59,7 +67,7 @@ func newPlanCmd(g *globals) *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&opts.Strategy, "strategy", opts.Strategy, "by_disk_size (the default, as in Citus 12+) or by_shard_count")
+	f.StringVar(&opts.Strategy, "strategy", opts.Strategy, "by_disk_size or by_shard_count (default: on Citus the cluster's default rebalance strategy from its strategy catalog, else by_disk_size as in Citus 12+)")
 	f.Float64Var(&threshold, "threshold", 0, "balanced when every node is within (1 ± threshold) × average (default: the strategy's)")
 	f.Float64Var(&improvement, "improvement-threshold", 0, "skip moves whose balance gain is small for their size (default: the strategy's)")
 	baseCost.register(cmd)
@@ -102,24 +110,27 @@ func checkPlanFlags(opts scheduler.PlanOptions) error {
 }
 
 // loadStatus reads the cluster status from a snapshot file or the live cluster.
-func loadStatus(cmd *cobra.Command, g *globals, file string) (metadata.Status, error) {
+// loadStatus reads the snapshot file, or the live cluster; then it also
+// returns the open catalog (the caller closes it), nil for a file.
+func loadStatus(cmd *cobra.Command, g *globals, file string) (metadata.Status, *metadata.Catalog, error) {
 	if file != "" {
 		f, err := os.Open(file)
 		if err != nil {
-			return metadata.Status{}, usagef("--snapshot %s cannot be read: %v", file, err)
+			return metadata.Status{}, nil, usagef("--snapshot %s cannot be read: %v", file, err)
 		}
 		defer f.Close()
-		return metadata.ReadStatus(f)
+		st, err := metadata.ReadStatus(f)
+		return st, nil, err
 	}
 	ctx := cmd.Context()
 	cat, err := g.catalog(ctx)
 	if err != nil {
-		return metadata.Status{}, err
+		return metadata.Status{}, nil, err
 	}
-	defer cat.Close()
 	cl, err := cat.Snapshot(ctx, metadata.SnapshotOptions{})
 	if err != nil {
-		return metadata.Status{}, err
+		cat.Close()
+		return metadata.Status{}, nil, err
 	}
-	return cl.Status(cat.CoordinatorAddr()), nil
+	return cl.Status(cat.CoordinatorAddr()), cat, nil
 }

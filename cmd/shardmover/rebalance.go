@@ -33,7 +33,7 @@ func (f *jobFlags) register(cmd *cobra.Command, withPlan bool) {
 	f.limits = mover.DefaultLimits()
 	fl := cmd.Flags()
 	if withPlan {
-		fl.StringVar(&f.plan.Strategy, "strategy", f.plan.Strategy, "by_disk_size (the default, as in Citus 12+) or by_shard_count")
+		fl.StringVar(&f.plan.Strategy, "strategy", f.plan.Strategy, "by_disk_size or by_shard_count (default: on Citus the cluster's default rebalance strategy from its strategy catalog, else by_disk_size as in Citus 12+)")
 		fl.Float64Var(&f.threshold, "threshold", 0, "balanced when every node is within (1 ± threshold) × average (default: the strategy's)")
 		fl.Float64Var(&f.improvement, "improvement-threshold", 0, "skip moves whose gain is small for their size (default: the strategy's)")
 		f.baseCost.register(cmd)
