@@ -41,7 +41,7 @@ take to make its own moves wait, so do not start citus_rebalance_start,
 citus_move_shard_placement or citus_rebalance_table_shards while shardmover moves: Citus's
 move would win and shardmover's move of that group would fail, leaving the group where
 Citus put it.`,
-		Args:  cobra.NoArgs,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if len(shards) == 0 {
 				return usagef("--shard is required: give the id of any shard of the group to move")
