@@ -41,7 +41,7 @@ type balancer struct {
 
 	// For retargeting (see canRetarget): the last move index at which a
 	// node was the source of a balancing move, and at which a balancing
-	// move touched it; -1 for never.
+	// move touched it or a forced move left it; -1 for never.
 	lastSource []int32
 	lastTouch  []int32
 
@@ -104,6 +104,13 @@ func newBalancer(p *planner, lo, hi float64, rule pickRule) *balancer {
 	b.lastTouch = make([]int32, nn)
 	for i := range nn {
 		b.lastSource[i], b.lastTouch[i] = -1, -1
+	}
+	// A forced move out of t after a group's move means t was fuller
+	// then than now, so t's load now says nothing of its room then (see
+	// canRetarget); forced moves into t only make it fuller now, which is
+	// the safe side.
+	for i, s := range p.steps {
+		b.lastTouch[s.from] = int32(i)
 	}
 	b.buildCandidates()
 	for i := range p.nodes {

@@ -541,3 +541,76 @@ func TestPropertyAtLeastCitus(t *testing.T) {
 	t.Logf("vs literal Citus over %d layouts: more balanced %d, less balanced %d; both balanced %d: balancing moves %d vs %d, bytes %.3f of Citus's",
 		layouts, moreBalanced, lessBalanced, bothBalanced, ourMoves, citusMoves, float64(ourBytes)/float64(citusBytes))
 }
+
+// TestPropertyRulesHold: with every kind of rule at once (pins, avoid
+// lists, isolation, excluded groups, MaxCost, drains, MaxMoves) and an
+// Input.Allowed function, no move breaks a rule (checkInvariants), and the
+// repair pass never leaves more cost outside the band than balancing did.
+func TestPropertyRulesHold(t *testing.T) {
+	r := rand.New(rand.NewPCG(9, 10))
+	for i := range 1500 {
+		in := randomInput(r, layoutOpts{capacities: true, drains: r.IntN(2) == 0, rules: true, isolate: r.IntN(2) == 0,
+			maxCost: r.IntN(3) == 0, maxMoves: r.IntN(3) == 0, zeroSizes: r.IntN(4) == 0})
+		if r.IntN(2) == 0 {
+			salt := r.Uint64()
+			in.Allowed = func(g Group, n Node) bool {
+				return (uint64(g.ColocationID)*2654435761^uint64(n.ID)*40503^salt)%5 != 0
+			}
+		}
+		res, err := Plan(in)
+		require.NoError(t, err, "layout %d", i)
+		checkInvariants(t, in, res)
+		if in.Allowed != nil {
+			for _, m := range res.Moves {
+				var g Group
+				for _, x := range in.Groups {
+					if x.ID == m.GroupID {
+						g = x
+					}
+				}
+				for _, n := range in.Nodes {
+					if n.ID == m.To {
+						assert.True(t, in.Allowed(g, n), "layout %d: group %s moves to node %d, which Allowed refuses", i, g.ID, n.ID)
+					}
+				}
+			}
+		}
+		if t.Failed() {
+			t.Fatalf("layout %d broke a rule", i)
+		}
+	}
+}
+
+// TestPropertyColocationSpread: without rules and with equal capacities,
+// by_shard_count spreads every colocation group (counts differ by at most
+// one) and keeps node totals within one of each other.
+func TestPropertyColocationSpread(t *testing.T) {
+	r := rand.New(rand.NewPCG(11, 12))
+	for i := range 1500 {
+		in := randomInput(r, layoutOpts{strategy: ByShardCount, drains: r.IntN(2) == 0})
+		in.ImprovementThreshold = 0
+		in.Threshold = 0
+		res, err := Plan(in)
+		require.NoError(t, err)
+		checkInvariants(t, in, res)
+		final := finalNodes(res)
+		excess, width := colocSpread(in, func(g *Group) int64 {
+			if n, ok := final[g.ID]; ok {
+				return n
+			}
+			return g.Node
+		})
+		assert.Zero(t, excess, "layout %d: a colocation group outside its quota", i)
+		assert.LessOrEqual(t, width, 1, "layout %d", i)
+		lo, hi := math.MaxInt, 0
+		for _, a := range res.After {
+			if a.Eligible {
+				lo, hi = min(lo, a.Groups), max(hi, a.Groups)
+			}
+		}
+		assert.LessOrEqual(t, hi-lo, 1, "layout %d: node totals %d..%d", i, lo, hi)
+		if t.Failed() {
+			t.FailNow()
+		}
+	}
+}
