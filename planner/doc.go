@@ -35,16 +35,40 @@
 //     target fuller than the source must pass Input.ImprovementThreshold.
 //     MaxCost is never exceeded. Among acceptable moves the planner prefers
 //     the one that brings the nodes into the band with the fewest bytes (see
-//     pick in balance.go), and spreads colocation groups. A group that already moved in the plan may
-//     be sent on to a better node by rewriting its move, so it still moves
-//     once, when that cannot invalidate the moves planned in between. The
-//     plan is also computed with Citus's own greedy rule, and the better of
-//     the two is returned (see Plan). Before that, each balancing move of
-//     our plan, largest first, is given the smallest group of the same
-//     colocation on the same source that leaves both nodes as close to the
-//     band (see shrinkBytes in refine.go): the same number of moves, as
-//     balanced, fewer bytes.
-//  4. Waves: each move gets a wave so that within a wave a node takes part
+//     pick in balance.go). A group that already moved in the plan may be
+//     sent on to a better node by rewriting its move, so it still moves
+//     once, when that cannot invalidate the moves planned in between.
+//  4. Repair (repair.go): balancing evens out node totals only; repair then
+//     works on where each group ends, with a lexicographic goal: never
+//     more cost outside the band; every colocation group spread over the
+//     nodes that may hold it (a node of capacity w out of W holds
+//     floor(k·w/W) or ceil(k·w/W) of a colocation's k groups, so counts
+//     differ by at most one where capacities are equal, as Citus's
+//     per-colocation rebalancing achieves); with ByDiskSize, every node's
+//     bytes within (1 ± Threshold) × the average bytes per unit of
+//     capacity; then the fewest moves and moved bytes. It first tries a
+//     global redistribution (each colocation to its quotas, each node
+//     keeping as many of its own groups as its quota allows, chosen to add
+//     up to its share of bytes, the rest largest first to the emptiest node
+//     that needs one) and keeps it when it leaves no more cost outside the
+//     band than balancing did; otherwise local steps (moves and swaps that
+//     each improve spread or bytes and make nothing else worse). Then moves
+//     whose undoing costs nothing are dropped, and each remaining move is
+//     given the smallest group of its colocation on its source that keeps
+//     both nodes in their bands (the byte-saving pass, which never trades
+//     balance for bytes). Result.BytesBalanced says whether the bytes ended
+//     in the band; when not, Result.BytesLimit names the group that keeps
+//     them out (too large for the band, not allowed to move, or no step
+//     helps). Nodes with a MaxCost never receive a group balancing did not
+//     send them. When the repaired plan leaves something to improve, the
+//     planner also plans with Citus's greedy rule (the largest acceptable
+//     group) and, when groups had to leave their nodes, with Citus's
+//     placement of those, repairs each, and returns the best (see Plan).
+//     Repaired moves keep forced moves first; balancing moves run
+//     round-robin over their sources. A balancing move that Citus's rule
+//     accepts at its point of the plan has reason balance, otherwise
+//     spread (often one half of a swap).
+//  5. Waves: each move gets a wave so that within a wave a node takes part
 //     in at most MaxPerNode moves and the moves of one node keep their
 //     order.
 //

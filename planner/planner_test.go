@@ -202,3 +202,42 @@ func TestDefaultInput(t *testing.T) {
 	assert.Equal(t, 0.0, c.ImprovementThreshold)
 	assert.True(t, errors.Is(func() error { _, err := Plan(Input{}); return err }(), ErrInvalidInput))
 }
+
+// TestBytesLimitJSON: a by_disk_size plan that cannot bring every node's
+// bytes into the band says so, naming the group, in Result and its JSON.
+func TestBytesLimitJSON(t *testing.T) {
+	in := DefaultInput(ByDiskSize)
+	in.Nodes = []Node{
+		{ID: 1, Name: "w1:5432", Capacity: 1, ShouldHaveShards: true},
+		{ID: 2, Name: "w2:5432", Capacity: 1, ShouldHaveShards: true},
+	}
+	in.Groups = []Group{
+		{ID: "c1:0", ColocationID: 1, Index: 0, Node: 1, Bytes: 10 << 30},
+		{ID: "c1:1", ColocationID: 1, Index: 1, Node: 1, Bytes: 1 << 30},
+		{ID: "c1:2", ColocationID: 1, Index: 2, Node: 2, Bytes: 1 << 30},
+		{ID: "c1:3", ColocationID: 1, Index: 3, Node: 2, Bytes: 1 << 30},
+	}
+	res, err := Plan(in)
+	require.NoError(t, err)
+	assert.False(t, res.BytesBalanced)
+	require.NotNil(t, res.BytesLimit)
+	assert.Equal(t, "c1:0", res.BytesLimit.GroupID)
+	assert.Contains(t, res.BytesLimit.Detail, "c1:0")
+	b, err := json.Marshal(res)
+	require.NoError(t, err)
+	assert.Contains(t, string(b), `"bytes_balanced":false`)
+	assert.Contains(t, string(b), `"bytes_limit":{"group_id":"c1:0"`)
+	var back Result
+	require.NoError(t, json.Unmarshal(b, &back))
+	assert.Equal(t, res, back)
+
+	// Small groups: balanced, and no limit in the JSON.
+	in.Groups[0].Bytes = 1 << 30
+	res, err = Plan(in)
+	require.NoError(t, err)
+	assert.True(t, res.BytesBalanced)
+	assert.Nil(t, res.BytesLimit)
+	b, err = json.Marshal(res)
+	require.NoError(t, err)
+	assert.NotContains(t, string(b), "bytes_limit")
+}
