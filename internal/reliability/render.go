@@ -102,8 +102,11 @@ func Render(w io.Writer, recs []Record, meta Meta) error {
 				p++
 			}
 		}
-		t := totals(rs)
-		fmt.Fprintf(b, "| %s | %d | %d | %s |\n", cell(f), len(rs), p, strings.Join(t.cells(), " | "))
+		figures := []string{"no workload", "", "", "", "", "", ""}
+		if t := totals(rs); t.checked {
+			figures = t.cells()
+		}
+		fmt.Fprintf(b, "| %s | %d | %d | %s |\n", cell(f), len(rs), p, strings.Join(figures, " | "))
 	}
 	fmt.Fprintln(b)
 
