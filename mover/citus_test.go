@@ -170,6 +170,7 @@ func TestCitusMoveUnderWorkload(t *testing.T) {
 			name = "killed at " + kill
 		}
 		t.Run(name, func(t *testing.T) {
+			citusKillCase(t, kill)
 			bg := startWorkload(c, 4, 300, uint8(i))
 			time.Sleep(200 * time.Millisecond)
 			g := citusGroup(t, c, workload.EventsTable, i)

@@ -83,6 +83,7 @@ func verifyAllowing(t *testing.T, c *cluster, res workload.RunResult, allowed ..
 	ctx := context.Background()
 	v, err := workload.Check(ctx, c.r, res.Ledger)
 	require.NoError(t, err)
+	noteVerdict(t, c, v, res)
 	if !assert.True(t, v.OK(), "ledger violations: %v", v.Violations) {
 		debugFind(t, c, res, v.BadKeys)
 	}
@@ -190,6 +191,7 @@ func TestKilledAtEveryPhase(t *testing.T) {
 		"cutover:locked", "cutover:caught_up", "cutover:prepared", "cutover:decided", "cutover"}
 	for i, point := range killPoints {
 		t.Run(point, func(t *testing.T) {
+			killCase(t, point)
 			bg := startWorkload(c, 4, 300, uint8(i))
 			shard, _ := groupShard(t, c, i)
 			killed := false

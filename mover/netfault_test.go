@@ -188,6 +188,7 @@ func TestCutoverNetworkFaults(t *testing.T) {
 	}
 	for i, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
+			netCase(t, tc.name, tc.on)
 			// The previous case's fault has healed: the coordinator answers
 			// through its proxy again.
 			require.Eventually(t, func() bool {

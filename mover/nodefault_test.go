@@ -317,6 +317,7 @@ func TestNodeFaultWorkers(t *testing.T) {
 	// cleanly; either way a retry finishes it, and no slot is left holding
 	// WAL on the source.
 	t.Run("target stopped while copying", func(t *testing.T) {
+		nodeCase(t, "copying", "the move resumed, or a new move of the group finished; no slot left on the source")
 		defer func() { require.NoError(t, startAll(c)) }()
 		bg := startPaced(c, 3, 300, 1)
 		shard, sourceGroup := groupShard(t, c, 0)
@@ -361,6 +362,7 @@ func TestNodeFaultWorkers(t *testing.T) {
 	// its applier streaming, and starts again 2 s later: the move resumes
 	// from its origin and finishes.
 	t.Run("source stopped while catching up", func(t *testing.T) {
+		nodeCase(t, "catching_up", "the move resumed from its origin and finished")
 		shard, sourceGroup := groupShard(t, c, 1)
 		source := sbNode(t, c, sourceGroup)
 		restartDuringCatchUp(t, c, target, shard, source, source, 2)
@@ -370,6 +372,7 @@ func TestNodeFaultWorkers(t *testing.T) {
 	// the move catches up: the stream restarts and the move finishes. The
 	// workload is not touched, so it may see no error at all.
 	t.Run("replication connection terminated while catching up", func(t *testing.T) {
+		nodeCase(t, "catching_up", "the stream restarted and the move finished")
 		shard, sourceGroup := groupShard(t, c, 2)
 		source := sbNode(t, c, sourceGroup)
 		terminateDuringCatchUp(t, c, target, shard, source, source, 5, "the walsender",
@@ -383,6 +386,7 @@ func TestNodeFaultWorkers(t *testing.T) {
 	// catches up: the mover notices, takes its lease again, and finishes
 	// without spinning.
 	t.Run("lease connection terminated while catching up", func(t *testing.T) {
+		nodeCase(t, "catching_up", "the mover took its lease again and finished, without spinning")
 		shard, sourceGroup := groupShard(t, c, 3)
 		source := sbNode(t, c, sourceGroup)
 		m := terminateDuringCatchUp(t, c, target, shard, source, c.sb.Coordinator(), 6, "the lease's session",
@@ -397,6 +401,7 @@ func TestNodeFaultWorkers(t *testing.T) {
 	// Sweep go on (the node is reported kept), and a move between two other
 	// nodes succeeds.
 	t.Run("bystander node down", func(t *testing.T) {
+		nodeCase(t, "recover, sweep and a whole move", "Recover and Sweep skipped the node and said so; the move finished")
 		defer func() { require.NoError(t, startAll(c)) }()
 		bg := startPaced(c, 3, 300, 7)
 		shard, sourceGroup := groupShard(t, c, 4)
@@ -439,6 +444,7 @@ func TestNodeFaultWorkers(t *testing.T) {
 	// and once the source is back Sweep drops the slot, the publication and
 	// the target's tables.
 	t.Run("source down until the move fails", func(t *testing.T) {
+		nodeCase(t, "copying", "the move failed, the group stayed on its source, and once it was back Sweep dropped slot, publication and copy")
 		defer func() { require.NoError(t, startAll(c)) }()
 		bg := startPaced(c, 3, 300, 8)
 		shard, sourceGroup := groupShard(t, c, 5)
@@ -505,6 +511,7 @@ func TestNodeFaultCoordinator(t *testing.T) {
 	// move catches up: the mover notices its lost lease, takes it again and
 	// finishes; no livelock, nothing prepared.
 	t.Run("coordinator restarted while catching up", func(t *testing.T) {
+		nodeCase(t, "catching_up", "the mover took its lease again and finished; nothing prepared")
 		shard, sourceGroup := groupShard(t, c, 0)
 		source := sbNode(t, c, sourceGroup)
 		restartDuringCatchUp(t, c, target, shard, source, coord, 3)
@@ -516,6 +523,7 @@ func TestNodeFaultCoordinator(t *testing.T) {
 	// with backoff and settles (the fence is rolled back), and the move
 	// finishes. During the outage the source is fenced: a write waits.
 	t.Run("coordinator crashed with the fence prepared", func(t *testing.T) {
+		nodeCase(t, "cutover step prepared", "writes to the source waited on the fence; the fence was settled and the move finished")
 		defer func() { require.NoError(t, startAll(c)) }()
 		bg := startPaced(c, 3, 300, 4)
 		shard, sourceGroup := groupShard(t, c, 1)
@@ -594,6 +602,7 @@ func TestNodeFaultCoordinator(t *testing.T) {
 	// with nothing lost. The coordinator runs with the sandbox's settings
 	// (synchronous_commit = off), as a coordinator may in production.
 	t.Run("coordinator crashed right after the decision", func(t *testing.T) {
+		nodeCase(t, "cutover step decided", "the decision survived the crash; the move finished on the target")
 		defer func() { require.NoError(t, startAll(c)) }()
 		bg := startPaced(c, 3, 300, 9)
 		shard, sourceGroup := groupShard(t, c, 2)
