@@ -167,6 +167,7 @@ func TestHostileInput(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			args := append(append([]string{}, tc.args...), "--coordinator", dsn)
 			stdout, stderr, code := runMain(t, nil, args...)
+			inputCase(t, tc.args, code, stderr)
 			assert.Equal(t, 2, code, "%v: %s", tc.args, stderr)
 			assert.Empty(t, stdout, "a refused command prints nothing on stdout")
 			assert.True(t, strings.HasPrefix(stderr, "shardmover: "), stderr)
