@@ -376,12 +376,23 @@ func (r *repairer) relocate(gi, t int32) {
 // the better final placement is kept (see repairScore). The global variant
 // goes first when colocations are not spread; when it leaves no more cost
 // outside the band than the plan had, it is kept without trying the local
-// one.
+// one. When colocations are only a little off their quotas (by at most one
+// group in a hundred), local steps go first and are kept when they spread
+// every colocation.
 func repairPlan(p *planner, lo, hi float64) *repairer {
 	g := newRepairer(p, lo, hi)
-	if g.budget != math.MaxInt || g.spreadTotal() == 0 {
+	spread := g.spreadTotal()
+	if g.budget != math.MaxInt || spread == 0 {
 		g.improve()
 		return g
+	}
+	if spread <= len(p.groups)/100 {
+		// A little off: local steps first, and when they spread every
+		// colocation, that is the answer.
+		if g.improve(); g.spreadTotal() == 0 {
+			return g
+		}
+		g = newRepairer(p, lo, hi)
 	}
 	was := g.score()
 	g.global()
