@@ -339,6 +339,10 @@ func (c *Catalog) CleanupCitusOrphans(ctx context.Context) error {
 	if c.flavor != Citus {
 		return nil
 	}
+	var pending bool
+	if err := c.pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_dist_cleanup)").Scan(&pending); err != nil || !pending {
+		return err
+	}
 	if _, err := c.pool.Exec(ctx, "CALL pg_catalog.citus_cleanup_orphaned_resources()"); err != nil {
 		return fmt.Errorf("run Citus's cleanup: %w", err)
 	}

@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	"github.com/jackc/pgx/v5"
+	"go.uber.org/zap"
 
 	"github.com/shardmover/shardmover/metadata"
 	"github.com/shardmover/shardmover/replication"
@@ -149,6 +150,12 @@ func (e *Engine) checkNodes(ctx context.Context, m metadata.Move, src, dst metad
 		if err := e.checkRoom(ctx, m, size, dc, dst.Addr()); err != nil {
 			return err
 		}
+	}
+	// On Citus, an old shard of an earlier move (Citus's or ours) may still
+	// wait for Citus's deferred cleanup on the target, holding the names:
+	// like Citus before its own moves, run that cleanup now.
+	if err := e.cat.CleanupCitusOrphans(ctx); err != nil {
+		e.log.Warn("Citus's cleanup of old shards failed; name checks may refuse the move", zap.Error(err))
 	}
 	// Names on the target: the shard tables must not exist there, unless
 	// they are this move's own copy from an earlier attempt.
