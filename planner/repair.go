@@ -339,10 +339,18 @@ func (r *repairer) better(x, y *option) bool {
 
 // apply makes option o.
 func (r *repairer) apply(o *option) {
-	r.budget -= o.dMoves
+	r.spend(o.dMoves)
 	r.relocate(o.g, o.b)
 	if o.h >= 0 {
 		r.relocate(o.h, o.a)
+	}
+}
+
+// spend counts d more moves (fewer when negative) against the budget; an
+// unlimited budget stays unlimited.
+func (r *repairer) spend(d int) {
+	if r.budget != math.MaxInt {
+		r.budget -= d
 	}
 }
 
@@ -729,7 +737,7 @@ func (r *repairer) global() {
 	for c := range byColoc {
 		for _, gi := range byColoc[c] {
 			if t := dest[gi]; t != r.node[gi] {
-				r.budget -= r.movesDelta(gi, t)
+				r.spend(r.movesDelta(gi, t))
 				r.relocate(gi, t)
 			}
 		}
