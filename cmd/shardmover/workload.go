@@ -66,11 +66,12 @@ func newWorkloadCmd(g *globals) *cobra.Command {
 				return err
 			}
 			if g.output == "json" {
+				lat := res.Summarize()
 				if err := writeJSON(cmd.OutOrStdout(), map[string]any{"verdict": v, "errors": res.Errors,
 					"flavor": r.Flavor().String(), "writes_by_node": res.Via,
 					"ops_per_second": float64(res.Ops()) / res.Elapsed.Seconds(), "retries": res.Retries,
-					"p50_ms": ms(workload.Percentile(res.Latencies, 50, time.Time{}, time.Time{})),
-					"p99_ms": ms(workload.Percentile(res.Latencies, 99, time.Time{}, time.Time{}))}); err != nil {
+					"p50_ms": ms(lat.P50), "p99_ms": ms(lat.P99), "max_ms": ms(lat.Max),
+					"writes_over_100ms": lat.Over100ms, "writes_over_1s": lat.Over1s}); err != nil {
 					return err
 				}
 			} else {
@@ -97,9 +98,9 @@ func printVerdict(cmd *cobra.Command, r *workload.Router, res workload.RunResult
 	l := res.Ledger
 	fmt.Fprintf(w, "workload: %d acknowledged writes in %s (%.0f/s): %d inserts, %d updates, %d deletes\n",
 		res.Ops(), res.Elapsed.Round(time.Millisecond), float64(res.Ops())/res.Elapsed.Seconds(), l.Inserts, l.Updates, l.Deletes)
-	fmt.Fprintf(w, "latency: p50 %.2f ms, p99 %.2f ms; routing retries %d, metadata refreshes %d\n",
-		ms(workload.Percentile(res.Latencies, 50, time.Time{}, time.Time{})), ms(workload.Percentile(res.Latencies, 99, time.Time{}, time.Time{})),
-		res.Retries, res.Refreshes)
+	lat := res.Summarize()
+	fmt.Fprintf(w, "latency: p50 %.2f ms, p99 %.2f ms, max %.2f ms; %d writes over 100 ms, %d over 1 s; routing retries %d, metadata refreshes %d\n",
+		ms(lat.P50), ms(lat.P99), ms(lat.Max), lat.Over100ms, lat.Over1s, res.Retries, res.Refreshes)
 	if r.Flavor() == metadata.Citus {
 		coord, _ := r.Entry(workload.Coordinator)
 		addrs := make([]string, 0, len(res.Via))

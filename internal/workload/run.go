@@ -49,6 +49,32 @@ type RunResult struct {
 // Ops is the total of acknowledged operations.
 func (r RunResult) Ops() int64 { return r.Ledger.Acknowledged() }
 
+// LatencySummary is what a user of the database feels of a run: the
+// median and 99th percentile, the worst write, and how many writes took
+// longer than 100 ms and than 1 s.
+type LatencySummary struct {
+	P50, P99, Max     time.Duration
+	Over100ms, Over1s int64
+}
+
+// Summarize summarizes every latency of the run.
+func (r RunResult) Summarize() LatencySummary {
+	s := LatencySummary{
+		P50: Percentile(r.Latencies, 50, time.Time{}, time.Time{}),
+		P99: Percentile(r.Latencies, 99, time.Time{}, time.Time{}),
+	}
+	for _, l := range r.Latencies {
+		s.Max = max(s.Max, l.Dur)
+		if l.Dur > 100*time.Millisecond {
+			s.Over100ms++
+		}
+		if l.Dur > time.Second {
+			s.Over1s++
+		}
+	}
+	return s
+}
+
 // Percentile returns the p-th percentile (0..100) of latencies in [from, to).
 func Percentile(lat []Latency, p float64, from, to time.Time) time.Duration {
 	var ds []time.Duration
