@@ -871,8 +871,14 @@ func (r *repairer) spreadRound() bool {
 	return changed
 }
 
-// pairScan is how many counterpart nodes one repair step tries.
-const pairScan = 8
+const (
+	// pairScan is how many counterpart nodes one repair step tries.
+	pairScan = 8
+	// candScan is how many groups of a node one spread step tries to
+	// move (and 16 times as many to send back), so that a step costs the
+	// same on a node with ten thousand groups as on one with ten.
+	candScan = 16
+)
 
 // fixPair moves a group of colocation c off node x (from, over its quota)
 // or onto it (not from), trying the counterparts in order.
@@ -912,7 +918,9 @@ func (r *repairer) bestOption(a, b, c int32) option {
 	var gs []int32
 	for _, gi := range r.at[a] {
 		if p.groups[gi].coloc == c && r.canGo(gi, b) {
-			gs = append(gs, gi)
+			if gs = append(gs, gi); len(gs) == candScan {
+				break
+			}
 		}
 	}
 	if len(gs) == 0 {
@@ -942,7 +950,9 @@ func (r *repairer) bestOption(a, b, c int32) option {
 		if r.spreadV(a, h.coloc, ca+1)+r.spreadV(b, h.coloc, cb-1) > r.spreadV(a, h.coloc, ca)+r.spreadV(b, h.coloc, cb) {
 			continue
 		}
-		hs = append(hs, hi)
+		if hs = append(hs, hi); len(hs) == 16*candScan {
+			break
+		}
 	}
 	r.pairNearest(gs, hs, a, b, consider)
 	return best
