@@ -378,3 +378,22 @@ func (c *Catalog) shardSizes(ctx context.Context, node Node, idx []int, cl *Clus
 	}
 	return out, rows.Err()
 }
+
+// PlacementGroupsOf reads, from the coordinator's catalog, the node group
+// each of ids is placed on (a shard without a placement is left out): what
+// a move's preflight needs of the catalog, without a whole snapshot.
+func (c *Catalog) PlacementGroupsOf(ctx context.Context, ids []int64) (map[int64][]int32, error) {
+	rows, err := c.pool.Query(ctx, `SELECT shardid, groupid FROM `+c.t("pg_dist_placement")+` WHERE shardid = ANY($1) ORDER BY shardid, groupid`, ids)
+	if err != nil {
+		return nil, fmt.Errorf("read the placements of shards %v: %w", ids, err)
+	}
+	out := map[int64][]int32{}
+	var id int64
+	var g int32
+	_, err = pgx.ForEachRow(rows, []any{&id, &g}, func() error { out[id] = append(out[id], g); return nil })
+	if err != nil {
+		return nil, fmt.Errorf("read the placements of shards %v: %w", ids, err)
+	}
+	return out, nil
+}
+

@@ -53,15 +53,17 @@ func (e *Engine) checkMoveable(ctx context.Context, m metadata.Move) error {
 	} else if busy != "" {
 		return invalidf("%s; shardmover does not move shards while Citus does", busy)
 	}
-	cl, err := e.cat.Snapshot(ctx, metadata.SnapshotOptions{SkipSizes: true})
+	// Only what the move needs of the catalog, not a whole snapshot: the
+	// two nodes and the group's placements.
+	nodes, err := e.nodes(ctx)
 	if err != nil {
 		return err
 	}
-	src, ok := cl.NodeByGroup(m.SourceGroup)
+	src, ok := nodes[m.SourceGroup]
 	if !ok || !src.IsActive {
 		return invalidf("the source node of group %d is not active", m.SourceGroup)
 	}
-	dst, ok := cl.NodeByGroup(m.TargetGroup)
+	dst, ok := nodes[m.TargetGroup]
 	switch {
 	case !ok:
 		return invalidf("the target node group %d is not registered", m.TargetGroup)
@@ -72,13 +74,19 @@ func (e *Engine) checkMoveable(ctx context.Context, m metadata.Move) error {
 	case !dst.ShouldHaveShards:
 		return invalidf("target %s has shouldhaveshards = false; it may not receive shards", dst.Addr())
 	}
+	placed, err := e.cat.PlacementGroupsOf(ctx, m.ShardIDs)
+	if err != nil {
+		return err
+	}
 	for _, id := range m.ShardIDs {
-		p, ok := cl.PlacementOf(id)
-		if !ok {
+		groups := placed[id]
+		switch {
+		case len(groups) == 0:
 			return invalidf("shard %d has no placement", id)
-		}
-		if p.GroupID != m.SourceGroup {
-			return invalidf("shard %d is on group %d, not on the move's source %s", id, p.GroupID, src.Addr())
+		case len(groups) > 1:
+			return invalidf("shard %d has placements on groups %v; shardmover moves shards with exactly one placement", id, groups)
+		case groups[0] != m.SourceGroup:
+			return invalidf("shard %d is on group %d, not on the move's source %s", id, groups[0], src.Addr())
 		}
 	}
 	return nil
@@ -98,27 +106,22 @@ func (e *Engine) checkNodes(ctx context.Context, m metadata.Move, src, dst metad
 	}
 	defer dc.Close(ctx)
 
-	var walLevel string
-	var preparedMax, slotsMax, slotsUsed, sendersMax, sendersUsed int
-	if err := sc.QueryRow(ctx, `SELECT current_setting('wal_level'),
-		current_setting('max_prepared_transactions')::int,
-		current_setting('max_replication_slots')::int, (SELECT count(*) FROM pg_replication_slots),
-		current_setting('max_wal_senders')::int, (SELECT count(*) FROM pg_stat_replication)`).Scan(
-		&walLevel, &preparedMax, &slotsMax, &slotsUsed, &sendersMax, &sendersUsed); err != nil {
+	capacity, err := replication.ReadSourceCapacity(ctx, sc)
+	if err != nil {
 		return fmt.Errorf("read settings of %s: %w", src.Addr(), err)
 	}
 	switch {
-	case walLevel != "logical":
-		return invalidf("the source %s has wal_level = %s; set wal_level = logical and restart it", src.Addr(), walLevel)
-	case preparedMax == 0:
+	case capacity.WALLevel != "logical":
+		return invalidf("the source %s has wal_level = %s; set wal_level = logical and restart it", src.Addr(), capacity.WALLevel)
+	case capacity.MaxPreparedTransactions == 0:
 		return invalidf("the source %s has max_prepared_transactions = 0; the cutover needs a prepared transaction: set it above 0 and restart it", src.Addr())
-	case slotsUsed >= slotsMax:
-		return invalidf("the source %s has no free replication slot (%d of %d used); raise max_replication_slots or drop unused slots", src.Addr(), slotsUsed, slotsMax)
-	case sendersUsed >= sendersMax:
-		return invalidf("the source %s has no free WAL sender (%d of %d used); raise max_wal_senders", src.Addr(), sendersUsed, sendersMax)
+	case capacity.SlotsUsed >= capacity.SlotsMax:
+		return invalidf("the source %s has no free replication slot (%d of %d used); raise max_replication_slots or drop unused slots", src.Addr(), capacity.SlotsUsed, capacity.SlotsMax)
+	case capacity.SendersUsed >= capacity.SendersMax:
+		return invalidf("the source %s has no free WAL sender (%d of %d used); raise max_wal_senders", src.Addr(), capacity.SendersUsed, capacity.SendersMax)
 	}
-	var originsMax, originsUsed int
-	if err := dc.QueryRow(ctx, `SELECT current_setting('max_replication_slots')::int, (SELECT count(*) FROM pg_replication_origin)`).Scan(&originsMax, &originsUsed); err != nil {
+	originsMax, originsUsed, err := replication.ReadOriginCapacity(ctx, dc)
+	if err != nil {
 		return fmt.Errorf("read settings of %s: %w", dst.Addr(), err)
 	}
 	if originsUsed >= originsMax {

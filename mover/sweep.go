@@ -7,10 +7,10 @@ import (
 	"sort"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"go.uber.org/zap"
 
 	"github.com/shardmover/shardmover/metadata"
+	"github.com/shardmover/shardmover/replication"
 )
 
 // SweepOptions tunes Sweep.
@@ -151,16 +151,7 @@ func (e *Engine) orphans(ctx context.Context, n metadata.Node, live func(int64) 
 		return nil, err
 	}
 	defer conn.Close(ctx)
-	rows, err := conn.Query(ctx, `
-		SELECT $1::text, slot_name::text FROM pg_replication_slots WHERE slot_name LIKE 'shardmover\_%' AND database = current_database()
-		UNION ALL SELECT $2::text, pubname::text FROM pg_publication WHERE pubname LIKE 'shardmover\_%'
-		UNION ALL SELECT $3::text, roname FROM pg_replication_origin WHERE roname LIKE 'shardmover\_%'
-		ORDER BY 1, 2`, metadata.ObjectSlot, metadata.ObjectPublication, metadata.ObjectOrigin)
-	if err != nil {
-		return nil, err
-	}
-	type obj struct{ Kind, Name string }
-	objs, err := pgx.CollectRows(rows, pgx.RowToStructByPos[obj])
+	objs, err := replication.ArtifactsWithPrefix(ctx, conn, "shardmover")
 	if err != nil {
 		return nil, err
 	}

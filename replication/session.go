@@ -3,7 +3,6 @@ package replication
 import (
 	"bufio"
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -557,19 +556,16 @@ func (ss *session) commitGroup(ctx context.Context) error {
 func (ss *session) sendStatus(reply bool) error {
 	flushed := ss.s.Processed()
 	written := max(ss.received, flushed)
-	buf := make([]byte, 0, 39)
-	buf = append(buf, 'd', 0, 0, 0, 38, pglogrepl.StandbyStatusUpdateByteID)
-	buf = binary.BigEndian.AppendUint64(buf, uint64(written))
-	buf = binary.BigEndian.AppendUint64(buf, uint64(flushed))
-	buf = binary.BigEndian.AppendUint64(buf, uint64(flushed))
-	buf = binary.BigEndian.AppendUint64(buf, uint64(pgTime(time.Now())))
-	var r byte
-	if reply {
-		r = 1
+	if flushed == 0 {
+		// pglogrepl reads a zero flush position as "the write position":
+		// with nothing durable yet, report nothing written either.
+		written = 0
 	}
-	buf = append(buf, r)
 	ss.lastStatus = time.Now()
-	if err := ss.src.Frontend().SendUnbufferedEncodedCopyData(buf); err != nil {
+	if err := pglogrepl.SendStandbyStatusUpdate(context.Background(), ss.src, pglogrepl.StandbyStatusUpdate{
+		WALWritePosition: written, WALFlushPosition: flushed, WALApplyPosition: flushed,
+		ClientTime: ss.lastStatus, ReplyRequested: reply,
+	}); err != nil {
 		return fmt.Errorf("send standby status: %w", err)
 	}
 	return nil
@@ -580,9 +576,4 @@ func earliest(a, b time.Time) time.Time {
 		return b
 	}
 	return a
-}
-
-// pgTime is microseconds since 2000-01-01 UTC, the protocol's clock.
-func pgTime(t time.Time) int64 {
-	return t.UnixMicro() - 946684800*1000000
 }
