@@ -261,7 +261,7 @@ func TestTwoDaemonsLeaderKilled(t *testing.T) {
 	moves, err := cat.Moves(ctx, metadata.MoveFilter{})
 	require.NoError(t, err)
 	for _, m := range moves {
-		assert.Equal(t, "done", m.Phase, "move %d (attempts %d, error %q)", m.ID, m.Attempts, m.Error)
+		assert.Equal(t, "done", string(m.Phase), "move %d (attempts %d, error %q)", m.ID, m.Attempts, m.Error)
 	}
 	phasesAsJournal(t, cat, standby)
 	cl, err := cat.Snapshot(ctx, metadata.SnapshotOptions{SkipSizes: true})

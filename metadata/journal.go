@@ -187,7 +187,7 @@ const (
 type Job struct {
 	ID         int64      `json:"id"`
 	Kind       string     `json:"kind"`
-	State      string     `json:"state"`
+	State      JobState   `json:"state"`
 	Strategy   string     `json:"strategy"`
 	CreatedAt  time.Time  `json:"created_at"`
 	StartedAt  *time.Time `json:"started_at,omitempty"`
@@ -205,7 +205,7 @@ type Move struct {
 	ShardTables      []string  `json:"shard_tables"` // schema.name of each shard table
 	SourceGroup      int32     `json:"source_group"`
 	TargetGroup      int32     `json:"target_group"`
-	Phase            string    `json:"phase"`
+	Phase            Phase     `json:"phase"`
 	BytesTotal       int64     `json:"bytes_total"`
 	BytesCopied      int64     `json:"bytes_copied"`
 	SourceLSN        string    `json:"source_lsn,omitempty"`

@@ -150,7 +150,7 @@ func TestCitusCutoverNetworkFaults(t *testing.T) {
 			}
 			done, err := p.cat.Move(ctx, m.ID)
 			require.NoError(t, err)
-			assert.Equal(t, "done", done.Phase)
+			assert.Equal(t, "done", string(done.Phase))
 			for _, id := range g.ShardIDs {
 				moved[id] = g.GroupID
 			}

@@ -97,7 +97,7 @@ func (e *Engine) checkRoom(ctx context.Context, m metadata.Move, size int64, dc 
 		if o.ID == m.ID || o.TargetGroup != m.TargetGroup {
 			continue
 		}
-		switch p, _ := ParsePhase(o.Phase); p {
+		switch p, _ := ParsePhase(string(o.Phase)); p {
 		case Setup, Copying, Indexing:
 			if left := o.BytesTotal - o.BytesCopied; left > 0 {
 				pending += int64(math.Ceil(float64(left) * factor))

@@ -98,7 +98,7 @@ func (r *run) guarded(ctx context.Context, m metadata.Move, p Phase) error {
 	if rerr != nil {
 		return err
 	}
-	if cp, _ := ParsePhase(cur.Phase); cp != p {
+	if cp, _ := ParsePhase(string(cur.Phase)); cp != p {
 		return err
 	}
 	return permanent(verdict)

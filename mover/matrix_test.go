@@ -552,7 +552,7 @@ func TestMoveHostileSchemaMatrix(t *testing.T) {
 		require.NoError(t, runErr)
 		done, err := cat.Move(ctx, m.ID)
 		require.NoError(t, err)
-		require.Equal(t, "done", done.Phase)
+		require.Equal(t, "done", string(done.Phase))
 		t.Logf("move %d: %d transactions, %d updates acknowledged; %d updates during catch-up before the cutover's lock",
 			m.ID, w.txs.Load(), w.updates.Load(), atLock-atCatchUp)
 		require.GreaterOrEqual(t, atCatchUp, int64(0), "the catch-up hook ran")

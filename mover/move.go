@@ -150,7 +150,7 @@ func (r *run) loop(ctx context.Context) error {
 			}
 			return err
 		}
-		phase, err := ParsePhase(m.Phase)
+		phase, err := ParsePhase(string(m.Phase))
 		if err != nil {
 			return err
 		}
@@ -176,7 +176,7 @@ func (r *run) loop(ctx context.Context) error {
 			conflicts = 0
 			if streak.Failing() {
 				if next, perr := r.e.cat.Move(ctx, r.id); perr == nil {
-					if p, _ := ParsePhase(next.Phase); p > errPhase {
+					if p, _ := ParsePhase(string(next.Phase)); p > errPhase {
 						streak.Reset()
 						errPhase, wait = 0, retryFirst
 					}

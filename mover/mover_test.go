@@ -167,7 +167,7 @@ func TestMovesUnderWorkload(t *testing.T) {
 		require.NoError(t, eng.Run(context.Background(), m.ID))
 		done, err := c.cat.Move(context.Background(), m.ID)
 		require.NoError(t, err)
-		assert.Equal(t, "done", done.Phase)
+		assert.Equal(t, "done", string(done.Phase))
 		assert.True(t, done.CutoverCommitted)
 	}
 	time.Sleep(300 * time.Millisecond)
@@ -220,7 +220,7 @@ func TestKilledAtEveryPhase(t *testing.T) {
 			require.NoError(t, eng.Run(context.Background(), m.ID))
 			done, err := c.cat.Move(context.Background(), m.ID)
 			require.NoError(t, err)
-			assert.Equal(t, "done", done.Phase)
+			assert.Equal(t, "done", string(done.Phase))
 			verify(t, c, bg.stop(t))
 		})
 	}
@@ -247,7 +247,7 @@ func TestCancelAndFailLeaveSourceServing(t *testing.T) {
 	require.Error(t, err)
 	got, err := c.cat.Move(context.Background(), m.ID)
 	require.NoError(t, err)
-	assert.Equal(t, "cancelled", got.Phase)
+	assert.Equal(t, "cancelled", string(got.Phase))
 	_, group := groupShard(t, c, 0)
 	assert.Equal(t, source, group, "a cancelled move leaves the group on its source")
 
@@ -437,14 +437,14 @@ func TestRunJobInterruptedAndResumed(t *testing.T) {
 	assert.Positive(t, res.Unfinished, "an interrupted job leaves moves to resume")
 	j, err := c.cat.Job(ctx, job.ID)
 	require.NoError(t, err)
-	assert.Equal(t, "paused", j.State)
+	assert.Equal(t, "paused", string(j.State))
 
 	res, err = mover.New(testConfig(t), c.cat).RunJob(ctx, job.ID, mover.Limits{Concurrency: 2, PerNode: 4})
 	require.NoError(t, err)
 	assert.Equal(t, mover.JobResult{Done: 4}, res)
 	j, err = c.cat.Job(ctx, job.ID)
 	require.NoError(t, err)
-	assert.Equal(t, "done", j.State)
+	assert.Equal(t, "done", string(j.State))
 	verify(t, c, bg.stop(t))
 }
 
@@ -498,7 +498,7 @@ func TestSchemaChangeDuringMoveFailsCleanly(t *testing.T) {
 	assert.Contains(t, err.Error(), "schema change made during the move is not replicated")
 	got, err := c.cat.Move(context.Background(), m.ID)
 	require.NoError(t, err)
-	assert.Equal(t, "failed", got.Phase)
+	assert.Equal(t, "failed", string(got.Phase))
 	_, group := groupShard(t, c, 0)
 	assert.Equal(t, source, group, "a failed move leaves the group on its source")
 

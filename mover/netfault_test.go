@@ -227,7 +227,7 @@ func TestCutoverNetworkFaults(t *testing.T) {
 			}
 			done, err := p.cat.Move(ctx, m.ID)
 			require.NoError(t, err)
-			assert.Equal(t, "done", done.Phase)
+			assert.Equal(t, "done", string(done.Phase))
 			assertFlipped(t, p.cluster, done, target)
 		})
 	}

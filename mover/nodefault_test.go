@@ -221,7 +221,7 @@ func assertDone(t *testing.T, c *cluster, id int64) metadata.Move {
 	t.Helper()
 	m, err := c.cat.Move(context.Background(), id)
 	require.NoError(t, err)
-	assert.Equal(t, "done", m.Phase, "move %d: %s", id, m.Error)
+	assert.Equal(t, "done", string(m.Phase), "move %d: %s", id, m.Error)
 	return m
 }
 
@@ -476,7 +476,7 @@ func TestNodeFaultWorkers(t *testing.T) {
 		assert.False(t, errors.Is(err, metadata.ErrUnreachable), "a move that failed mid-way is a failure (exit 1), not unreachable: %v", err)
 		got, err := c.cat.Move(ctx, m.ID)
 		require.NoError(t, err)
-		assert.Equal(t, "failed", got.Phase)
+		assert.Equal(t, "failed", string(got.Phase))
 		t.Logf("recorded error: %s", got.Error)
 		_, group := groupShard(t, c, 5)
 		assert.Equal(t, sourceGroup, group, "a failed move leaves the group on its source")

@@ -71,7 +71,7 @@ func TestFenceGoneAfterTheDecisionIsReestablished(t *testing.T) {
 	require.NoError(t, mover.New(testConfig(t), c.cat).Run(ctx, m.ID))
 	done, err := c.cat.Move(ctx, m.ID)
 	require.NoError(t, err)
-	assert.Equal(t, "done", done.Phase)
+	assert.Equal(t, "done", string(done.Phase))
 	assertFlipped(t, c, done, target)
 
 	tconn, err := c.cat.ConnectNode(ctx, target.Host, target.Port)

@@ -112,7 +112,7 @@ func TestWALGuardStopsStalledMove(t *testing.T) {
 		if got.Phase == "failed" && slots == 0 {
 			break
 		}
-		require.NotEqual(t, "done", got.Phase)
+		require.NotEqual(t, "done", string(got.Phase))
 		time.Sleep(200 * time.Millisecond)
 	}
 	mu.Lock()
@@ -131,7 +131,7 @@ func TestWALGuardStopsStalledMove(t *testing.T) {
 	assert.Contains(t, err.Error(), "it was stopped and its slot dropped so the source's disk is safe")
 	got, err = c.cat.Move(ctx, m.ID)
 	require.NoError(t, err)
-	assert.Equal(t, "failed", got.Phase)
+	assert.Equal(t, "failed", string(got.Phase))
 	assert.Contains(t, got.Error, "retained")
 	assert.Contains(t, got.Error, "more than the limit 4.0 MiB")
 	t.Logf("move error: %s", got.Error)

@@ -128,20 +128,20 @@ func moveFailure(jobID int64, moves []metadata.Move, err error) error {
 	if len(moves) == 1 {
 		m := moves[0]
 		cause := soleCause(err)
-		if (m.Phase == string(metadata.PhaseFailed) || m.Phase == string(metadata.PhaseCancelled)) && !m.CutoverCommitted {
+		if (m.Phase == metadata.PhaseFailed || m.Phase == metadata.PhaseCancelled) && !m.CutoverCommitted {
 			return fmt.Errorf("move %d failed: %w; the source still serves the group, and `shardmover jobs show %d` has the details", m.ID, cause, jobID)
 		}
 		phase := "an unknown phase (the journal could not be read)"
 		if m.Phase != "" {
-			phase = "phase " + m.Phase
+			phase = "phase " + string(m.Phase)
 		}
 		return fmt.Errorf("move %d stopped in %s: %w; it is not settled yet, so its source shards may still be fenced: finish it with `shardmover jobs resume %d`, or settle it with `shardmover cleanup`", m.ID, phase, cause, jobID)
 	}
 	var ended, unsettled []string
 	for _, m := range moves {
 		switch {
-		case m.Phase == string(metadata.PhaseDone):
-		case (m.Phase == string(metadata.PhaseFailed) || m.Phase == string(metadata.PhaseCancelled)) && !m.CutoverCommitted:
+		case m.Phase == metadata.PhaseDone:
+		case (m.Phase == metadata.PhaseFailed || m.Phase == metadata.PhaseCancelled) && !m.CutoverCommitted:
 			ended = append(ended, fmt.Sprintf("%d (%s)", m.ID, m.Phase))
 		case m.Phase == "":
 			unsettled = append(unsettled, fmt.Sprintf("%d (unknown phase)", m.ID))
@@ -270,8 +270,8 @@ func (r *Runner) CancelJob(ctx context.Context, id int64) (JobRun, error) {
 		switch {
 		case m.Held:
 			r.log.Info("cancel requested; the mover holding the move will roll it back", zap.Int64("move_id", m.ID))
-		case m.Phase == string(metadata.PhaseCancelled) || m.Phase == string(metadata.PhaseDone):
-		case m.Phase == string(metadata.PhaseFailed):
+		case m.Phase == metadata.PhaseCancelled || m.Phase == metadata.PhaseDone:
+		case m.Phase == metadata.PhaseFailed:
 			errs = append(errs, fmt.Errorf("move %d failed: %s", m.ID, m.Error))
 		case m.PastDecision || m.CutoverCommitted:
 			// Left for `jobs resume`: the caller says so.

@@ -150,7 +150,7 @@ func jobAction(cmd *cobra.Command, g *globals, arg string, fn func(context.Conte
 		switch {
 		case m.Held && cmd.Name() == "resume":
 			// The error names it.
-		case m.PastDecision && cmd.Name() == "cancel" && m.Phase == string(metadata.PhaseDone):
+		case m.PastDecision && cmd.Name() == "cancel" && m.Phase == metadata.PhaseDone:
 			fmt.Fprintf(w, "move %d: done (past its decision: it completed instead)\n", m.ID)
 		case m.PastDecision && cmd.Name() == "cancel" && !m.Terminal():
 			fmt.Fprintf(w, "move %d: past its decision: resume the job to finish it\n", m.ID)
@@ -167,7 +167,7 @@ func jobAction(cmd *cobra.Command, g *globals, arg string, fn func(context.Conte
 func movesSummary(moves []metadata.Move) string {
 	counts := map[string]int{}
 	for _, m := range moves {
-		counts[m.Phase]++
+		counts[string(m.Phase)]++
 	}
 	s := fmt.Sprintf("%d", len(moves))
 	for _, p := range metadata.TerminalPhases {

@@ -135,7 +135,7 @@ func assertOverlap(t *testing.T, coord string, job int64, overlap bool) {
 	t.Helper()
 	j := showJob(t, coord, job)
 	require.Len(t, j.Moves, 2)
-	assert.Equal(t, "done", j.Job.State)
+	assert.Equal(t, "done", string(j.Job.State))
 	aStart, aEnd := span(t, j.Moves[0].History)
 	bStart, bEnd := span(t, j.Moves[1].History)
 	if overlap {
@@ -327,8 +327,8 @@ func TestJobStatesAgree(t *testing.T) {
 			}
 		}
 		assert.Equal(t, r.want, mover.JobState(res), "job %d: the rule, from its moves %+v", r.job, res)
-		assert.Equal(t, r.want, j.Job.State, "job %d: jobs show", r.job)
-		assert.Equal(t, r.want, listed[r.job].State, "job %d: jobs list", r.job)
+		assert.Equal(t, r.want, string(j.Job.State), "job %d: jobs show", r.job)
+		assert.Equal(t, r.want, string(listed[r.job].State), "job %d: jobs list", r.job)
 	}
 
 	// The daemon's /status. A high threshold and a long settle keep it from
@@ -365,7 +365,7 @@ func TestJobStatesAgree(t *testing.T) {
 	}
 	served := map[int64]string{}
 	for _, j := range status.Jobs {
-		served[j.ID] = j.State
+		served[j.ID] = string(j.State)
 	}
 	for _, r := range results {
 		assert.Equal(t, r.want, served[r.job], "job %d: the daemon's /status", r.job)
