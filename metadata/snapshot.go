@@ -396,4 +396,3 @@ func (c *Catalog) PlacementGroupsOf(ctx context.Context, ids []int64) (map[int64
 	}
 	return out, nil
 }
-
