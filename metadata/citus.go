@@ -134,11 +134,12 @@ func UpdatePlacements(ctx context.Context, q Querier, ids []int64, src, dst int3
 	})
 }
 
+// updatePlacements flips every shard of ids in one statement (one round
+// trip inside the write pause, whatever the group's size).
 func updatePlacements(ctx context.Context, q Querier, ids []int64, src, dst int32) error {
-	for _, id := range ids {
-		if _, err := q.Exec(ctx, "SELECT pg_catalog.citus_internal_update_placement_metadata($1, $2, $3)", id, src, dst); err != nil {
-			return fmt.Errorf("point shard %d from group %d to group %d: %w", id, src, dst, err)
-		}
+	if _, err := q.Exec(ctx, "SELECT pg_catalog.citus_internal_update_placement_metadata(x, $2, $3) FROM unnest($1::bigint[]) x",
+		ids, src, dst); err != nil {
+		return fmt.Errorf("point shards %v from group %d to group %d: %w", ids, src, dst, err)
 	}
 	return nil
 }

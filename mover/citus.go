@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"sync"
 
 	"github.com/jackc/pgx/v5"
 	"go.uber.org/zap"
@@ -127,8 +128,10 @@ func (r *run) lockCitusWrites(ctx context.Context, m metadata.Move, src pgx.Tx, 
 // prepareCitusParts flips the placements in every part and prepares it
 // under gid. The source's own flip is done in the fence (before it is
 // prepared) by the caller.
+// The nodes' parts run at once (each on its own session): they are inside
+// the write pause.
 func (r *run) prepareCitusParts(ctx context.Context, m metadata.Move, parts []*citusPart, gid string) error {
-	for _, p := range parts {
+	return eachPart(parts, func(p *citusPart) error {
 		if err := metadata.UpdatePlacements(ctx, p.tx, m.ShardIDs, m.SourceGroup, m.TargetGroup); err != nil {
 			return fmt.Errorf("flip placements on %s: %w", p.node.Addr(), err)
 		}
@@ -136,19 +139,36 @@ func (r *run) prepareCitusParts(ctx context.Context, m metadata.Move, parts []*c
 			return fmt.Errorf("prepare the placement flip on %s: %w", p.node.Addr(), err)
 		}
 		p.tx = nil // prepared: no longer this session's
-	}
-	return nil
+		return nil
+	})
 }
 
-// commitCitusParts commits every prepared part after the decision. A
-// failure leaves it to the cleanup phase's settlement.
+// commitCitusParts commits every prepared part after the decision, at
+// once. A failure leaves it to the cleanup phase's settlement.
 func (r *run) commitCitusParts(ctx context.Context, parts []*citusPart, gid string) {
-	for _, p := range parts {
+	_ = eachPart(parts, func(p *citusPart) error {
 		if _, err := settlePrepared(ctx, p.conn, gid, true); err != nil {
 			r.log.Warn("committing the placement flip on a metadata node failed; the cleanup phase settles it",
 				zap.String("node", p.node.Addr()), zap.Error(err))
 		}
+		return nil
+	})
+}
+
+// eachPart runs fn for every part concurrently and returns the first
+// error (all of them have ended by then).
+func eachPart(parts []*citusPart, fn func(*citusPart) error) error {
+	errs := make([]error, len(parts))
+	var wg sync.WaitGroup
+	for i, p := range parts {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = fn(p)
+		}()
 	}
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 // settleCitusParts applies a settled decision to move m's parts on every
