@@ -280,4 +280,23 @@ func TestCitusRefusals(t *testing.T) {
 	jobs, err := c.cat.Jobs(ctx, 10)
 	require.NoError(t, err)
 	assert.Empty(t, jobs, "a refused move records nothing")
+
+	// A target without the extension (dropped there behind Citus's back).
+	g = citusGroup(t, c, workload.EventsTable, 1)
+	if g.GroupID == target.GroupID {
+		g = citusGroup(t, c, workload.EventsTable, 2)
+	}
+	specs, err = eng.Resolve(ctx, []mover.Request{{ShardID: g.ShardIDs[0], Target: target}})
+	require.NoError(t, err)
+	tc, err := c.cat.ConnectNode(ctx, target.Host, target.Port)
+	require.NoError(t, err)
+	_, err = tc.Exec(ctx, "DROP EXTENSION citus CASCADE")
+	tc.Close(ctx)
+	require.NoError(t, err)
+	err = eng.Preflight(ctx, specs[0])
+	require.ErrorIs(t, err, metadata.ErrInvalid)
+	assert.Contains(t, err.Error(), "does not have the citus extension")
+	jobs, err = c.cat.Jobs(ctx, 10)
+	require.NoError(t, err)
+	assert.Empty(t, jobs, "a refused move records nothing")
 }
