@@ -1,6 +1,7 @@
 package metadata
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -118,7 +119,35 @@ func (c *Cluster) Status(coordinator string) Status {
 // ReadStatus parses and validates a Status document (a snapshot file).
 func ReadStatus(r io.Reader) (Status, error) {
 	var st Status
-	dec := json.NewDecoder(r)
+	data, err := io.ReadAll(r)
+	if err != nil {
+		return st, invalidf("the snapshot cannot be read: %v", err)
+	}
+	// Every field the planner reads must be there: a missing capacity
+	// would read as 0 (no shards on the node), a missing node as node 0.
+	var raw struct {
+		Nodes       []map[string]json.RawMessage `json:"nodes"`
+		ShardGroups []map[string]json.RawMessage `json:"shard_groups"`
+	}
+	if err := json.Unmarshal(data, &raw); err != nil {
+		return st, invalidf("the snapshot is not valid JSON of `shardmover status -o json`: %v", err)
+	}
+	for i, n := range raw.Nodes {
+		for _, k := range []string{"id", "addr", "role", "is_active", "should_have_shards", "capacity"} {
+			if _, ok := n[k]; !ok {
+				return st, invalidf("the snapshot's node %d (counting from 1) has no %q field; write snapshots with `shardmover status -o json` (capacity: 1 unless set, 0: no shards on the node)", i+1, k)
+			}
+		}
+	}
+	for i, g := range raw.ShardGroups {
+		for _, k := range []string{"id", "colocation_id", "index", "shard_ids", "node_id", "bytes"} {
+			if _, ok := g[k]; !ok {
+				return st, invalidf("the snapshot's shard group %d (counting from 1) has no %q field; write snapshots with `shardmover status -o json`", i+1, k)
+			}
+		}
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
 	if err := dec.Decode(&st); err != nil {
 		return st, invalidf("the snapshot is not valid JSON of `shardmover status -o json`: %v", err)
 	}

@@ -124,4 +124,33 @@ func TestPlanBadInput(t *testing.T) {
 	_, msg, code := run(t, "plan", "--snapshot", bad)
 	assert.Equal(t, 2, code)
 	assert.Contains(t, msg, "not valid JSON")
+
+	// A node without its capacity (which would read as 0: no shards) and a
+	// field the schema does not have are refused, naming the field.
+	var doc map[string]any
+	b, err := os.ReadFile(snap)
+	require.NoError(t, err)
+	require.NoError(t, json.Unmarshal(b, &doc))
+	delete(doc["nodes"].([]any)[1].(map[string]any), "capacity")
+	missing := filepath.Join(t.TempDir(), "missing.json")
+	b, _ = json.Marshal(doc)
+	require.NoError(t, os.WriteFile(missing, b, 0o644))
+	_, msg, code = run(t, "plan", "--snapshot", missing)
+	assert.Equal(t, 2, code, msg)
+	assert.Contains(t, msg, `node 2 (counting from 1) has no "capacity" field`)
+	require.NoError(t, json.Unmarshal(mustRead(t, snap), &doc))
+	doc["nodes"].([]any)[1].(map[string]any)["capacty"] = 2
+	unknown := filepath.Join(t.TempDir(), "unknown.json")
+	b, _ = json.Marshal(doc)
+	require.NoError(t, os.WriteFile(unknown, b, 0o644))
+	_, msg, code = run(t, "plan", "--snapshot", unknown)
+	assert.Equal(t, 2, code, msg)
+	assert.Contains(t, msg, `unknown field "capacty"`)
+}
+
+func mustRead(t *testing.T, p string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(p)
+	require.NoError(t, err)
+	return b
 }
