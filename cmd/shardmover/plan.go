@@ -71,7 +71,7 @@ func newPlanCmd(g *globals) *cobra.Command {
 	f.Float64Var(&threshold, "threshold", 0, "balanced when every node is within (1 ± threshold) × average (default: the strategy's)")
 	f.Float64Var(&improvement, "improvement-threshold", 0, "skip moves whose balance gain is small for their size (default: the strategy's)")
 	baseCost.register(cmd)
-	f.IntVar(&opts.MaxMoves, "max-moves", opts.MaxMoves, "most balancing moves (drains are never limited)")
+	f.IntVar(&opts.MaxMoves, "max-moves", opts.MaxMoves, "most balancing moves; moves a drain, isolation or placement rule forces are not counted and always planned (unlike Citus's max_shard_moves, which counts them: a drain must empty its node)")
 	f.IntVar(&opts.MaxPerNode, "per-node", opts.MaxPerNode, "moves one node may take part in at once (sets the waves)")
 	f.BoolVar(&opts.DrainOnly, "drain-only", false, "only move groups off nodes that must be emptied")
 	f.StringArrayVar(&opts.Drain, "drain", nil, "node host:port to empty (repeatable)")

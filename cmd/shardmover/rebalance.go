@@ -37,7 +37,7 @@ func (f *jobFlags) register(cmd *cobra.Command, withPlan bool) {
 		fl.Float64Var(&f.threshold, "threshold", 0, "balanced when every node is within (1 ± threshold) × average (default: the strategy's)")
 		fl.Float64Var(&f.improvement, "improvement-threshold", 0, "skip moves whose gain is small for their size (default: the strategy's)")
 		f.baseCost.register(cmd)
-		fl.IntVar(&f.plan.MaxMoves, "max-moves", f.plan.MaxMoves, "most balancing moves")
+		fl.IntVar(&f.plan.MaxMoves, "max-moves", f.plan.MaxMoves, "most balancing moves; moves a drain, isolation or placement rule forces are not counted and always planned (unlike Citus's max_shard_moves, which counts them: a drain must empty its node)")
 	}
 	registerLimits(cmd, &f.limits)
 	fl.StringVar(&f.bandwidth, "max-bandwidth", "", "total copy bandwidth, e.g. 100MB/s (default: none)")
