@@ -25,6 +25,14 @@ func (r *run) connectBoth(ctx context.Context) (*pgx.Conn, *pgx.Conn, error) {
 		src.Close(ctx)
 		return nil, nil, err
 	}
+	// On Citus the target session builds shard tables as Citus's own
+	// shard transfers do (docs/design.md 3).
+	if r.citus() {
+		if err := metadata.ActAsCitusRebalancer(ctx, dst); err != nil {
+			closeBoth(ctx, src, dst)
+			return nil, nil, err
+		}
+	}
 	return src, dst, nil
 }
 
@@ -50,11 +58,6 @@ func (r *run) setup(ctx context.Context, m metadata.Move) error {
 		return err
 	}
 	defer closeBoth(ctx, src, dst)
-	if r.citus() {
-		if err := metadata.ActAsCitusRebalancer(ctx, dst); err != nil {
-			return err
-		}
-	}
 	for _, t := range shardIdents(m) {
 		ddl, err := metadata.ReadTableDDL(ctx, src, t)
 		if err != nil {
@@ -134,11 +137,6 @@ func (r *run) index(ctx context.Context, m metadata.Move) error {
 		return err
 	}
 	defer closeBoth(ctx, src, dst)
-	if r.citus() {
-		if err := metadata.ActAsCitusRebalancer(ctx, dst); err != nil {
-			return err
-		}
-	}
 	for _, t := range shardIdents(m) {
 		ddl, err := metadata.ReadTableDDL(ctx, src, t)
 		if err != nil {

@@ -31,17 +31,8 @@ func newMoveCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "move --shard ID (--to HOST:PORT | --to-node ID)",
 		Short: "Move the shard group holding a shard to another node, online",
-		Long: `Move the shard group holding a shard to another node, online.
-
-On a Citus cluster (12 or later) the move cooperates with Citus: Citus keeps routing every
-query, the placements flip on the coordinator and on every worker with metadata in one
-two-phase commit, and Citus's own deferred cleanup drops the old shards. shardmover refuses
-to start while Citus itself rebalances or moves shards. Citus offers no lock a client can
-take to make its own moves wait, so do not start citus_rebalance_start,
-citus_move_shard_placement or citus_rebalance_table_shards while shardmover moves: Citus's
-move would win and shardmover's move of that group would fail, leaving the group where
-Citus put it.`,
-		Args: cobra.NoArgs,
+		Long:  "Move the shard group holding a shard to another node, online." + citusHelp,
+		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if len(shards) == 0 {
 				return usagef("--shard is required: give the id of any shard of the group to move")
@@ -333,3 +324,15 @@ func sortedIDs(m map[int64]mover.Progress) []int64 {
 	}
 	return ids
 }
+
+// citusHelp ends the --help of every command that moves shards.
+const citusHelp = `
+
+On a Citus cluster (12 or later) the move cooperates with Citus: Citus keeps routing every
+query, the placements flip on the coordinator and on every worker with metadata in one
+two-phase commit, and Citus's own deferred cleanup drops the old shards. shardmover refuses
+to start while Citus itself rebalances or moves shards. Citus offers no lock a client can
+take to make its own moves wait, so do not start citus_rebalance_start,
+citus_move_shard_placement or citus_rebalance_table_shards while shardmover moves: Citus's
+move would win and shardmover's move of that group would fail, leaving the group where
+Citus put it.`

@@ -98,17 +98,8 @@ func newRebalanceCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "rebalance",
 		Short: "Plan and run a rebalance job online, moves in parallel within limits",
-		Long: `Plan and run a rebalance job online, moves in parallel within limits.
-
-On a Citus cluster (12 or later) the move cooperates with Citus: Citus keeps routing every
-query, the placements flip on the coordinator and on every worker with metadata in one
-two-phase commit, and Citus's own deferred cleanup drops the old shards. shardmover refuses
-to start while Citus itself rebalances or moves shards. Citus offers no lock a client can
-take to make its own moves wait, so do not start citus_rebalance_start,
-citus_move_shard_placement or citus_rebalance_table_shards while shardmover moves: Citus's
-move would win and shardmover's move of that group would fail, leaving the group where
-Citus put it.`,
-		Args: cobra.NoArgs,
+		Long:  "Plan and run a rebalance job online, moves in parallel within limits." + citusHelp,
+		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := f.resolve(cmd); err != nil {
 				return err
@@ -199,17 +190,8 @@ func newDrainCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "drain --node HOST:PORT",
 		Short: "Set shouldhaveshards = false on a node and move every shard group off it, as one job",
-		Long: `Set shouldhaveshards = false on a node and move every shard group off it, as one job.
-
-On a Citus cluster (12 or later) the move cooperates with Citus: Citus keeps routing every
-query, the placements flip on the coordinator and on every worker with metadata in one
-two-phase commit, and Citus's own deferred cleanup drops the old shards. shardmover refuses
-to start while Citus itself rebalances or moves shards. Citus offers no lock a client can
-take to make its own moves wait, so do not start citus_rebalance_start,
-citus_move_shard_placement or citus_rebalance_table_shards while shardmover moves: Citus's
-move would win and shardmover's move of that group would fail, leaving the group where
-Citus put it.`,
-		Args: cobra.NoArgs,
+		Long:  "Set shouldhaveshards = false on a node and move every shard group off it, as one job." + citusHelp,
+		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if node == "" {
 				return usagef("--node is required: name the node to drain as host:port")
