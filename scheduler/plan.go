@@ -35,6 +35,13 @@ type PlanOptions struct {
 	Exclude []int64
 	// AddNodes simulates nodes not yet added: "host:port" or "host:port=capacity".
 	AddNodes []string
+
+	// Placement rules (flags and the --rules file, merged; see rules.go).
+	// Pin: a shard group (COLOCATION:INDEX or a shard id) only on the rule's
+	// nodes. Avoid: never on them. Isolate: the group gets a node of its
+	// own (Nodes unused). Allow: a distributed table's groups only on the
+	// rule's nodes.
+	Pin, Avoid, Isolate, Allow []PlacementRule
 }
 
 // DefaultPlanOptions: Citus's defaults. The strategy is the cluster's own:
@@ -86,6 +93,9 @@ func BuildInput(st metadata.Status, o PlanOptions) (planner.Input, error) {
 	}
 	in.MaxPerNode = o.MaxPerNode
 	in.DrainOnly = o.DrainOnly
+	if err := CheckRules(o); err != nil {
+		return in, err
+	}
 
 	byAddr := map[string]*planner.Node{}
 	var maxID int64
@@ -187,6 +197,14 @@ func BuildInput(st metadata.Status, o PlanOptions) (planner.Input, error) {
 	}
 	if len(inactive) > 0 {
 		in.Allowed = func(_ planner.Group, n planner.Node) bool { return !inactive[n.ID] }
+	}
+	// The rules' references are checked against the cluster; an empty
+	// status (the check made before connecting) has nothing to refer to,
+	// so there only their syntax is checked (above).
+	if len(st.Nodes) > 0 || len(st.ShardGroups) > 0 {
+		if err := applyRules(st, o, &in, byAddr); err != nil {
+			return in, err
+		}
 	}
 	return in, nil
 }
