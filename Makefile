@@ -44,7 +44,7 @@ bench: deps
 ## network faults, node stops, bad CLI input) with each outcome recorded, then
 ## RELIABILITY.md generated from the records (internal/reliability).
 RELIABILITY_OUT  := $(CURDIR)/bin/reliability.jsonl
-RELIABILITY_RUN  := ^(TestKilledAtEveryPhase|TestCutoverNetworkFaults|TestNodeFaultWorkers|TestNodeFaultCoordinator|TestCitusMoveUnderWorkload)$$
+RELIABILITY_RUN  := ^(TestKilledAtEveryPhase|TestCutoverNetworkFaults|TestNodeFaultWorkers|TestNodeFaultCoordinator|TestCitusMoveUnderWorkload|TestCitusCutoverNetworkFaults)$$
 RELIABILITY_GEN  := $(GO) run ./internal/reliability/cmd/reliability -in $(RELIABILITY_OUT) -out RELIABILITY.md
 reliability: deps
 	@mkdir -p bin && rm -f $(RELIABILITY_OUT)

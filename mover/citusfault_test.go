@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/shardmover/shardmover/internal/faultproxy"
+	"github.com/shardmover/shardmover/internal/reliability"
 	"github.com/shardmover/shardmover/internal/sandbox/sandboxtest"
 	"github.com/shardmover/shardmover/internal/workload"
 	"github.com/shardmover/shardmover/metadata"
@@ -115,6 +116,8 @@ func TestCitusCutoverNetworkFaults(t *testing.T) {
 	moved := map[int64]int32{}
 	for i, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
+			faultCase(t, reliability.FamilyNetwork, tc.name+" (Citus)", "mover's connection to the "+tc.on+" on Citus",
+				"the move finished: every node's placements on the target, nothing prepared anywhere, Citus routed every write")
 			bg := startWorkload(p.cluster, 4, 200, uint8(i))
 			g := citusGroup(t, p.cluster, workload.EventsTable, i)
 			px := proxies[0]
