@@ -87,6 +87,10 @@ func TestHostileInput(t *testing.T) {
 	dsn := "host=" + host + " port=" + port + " user=alice password=hunter2 dbname=x connect_timeout=2"
 	dir := t.TempDir()
 	sandboxDir := filepath.Join(dir, "sandbox")
+	unknownRules := filepath.Join(dir, "unknown-rules.json")
+	require.NoError(t, os.WriteFile(unknownRules, []byte(`{"pinned": {"1:3": ["10.0.0.2:5432"]}}`), 0o644))
+	badNodeRules := filepath.Join(dir, "bad-node-rules.json")
+	require.NoError(t, os.WriteFile(badNodeRules, []byte(`{"pin": {"1:3": ["10.0.0.2"]}}`), 0o644))
 
 	cases := []struct {
 		name string
@@ -161,6 +165,16 @@ func TestHostileInput(t *testing.T) {
 		{"unknown command", []string{"stauts"}, `unknown command "stauts" for ` + "`shardmover` (did you mean status?)"},
 		{"unknown flag", []string{"status", "--frobnicate"}, "unknown flag --frobnicate for shardmover status"},
 		{"version output yaml", []string{"version", "-o", "yaml"}, `-o must be table or json, got "yaml"`},
+		// placement rules: syntax is refused before connecting
+		{"pin without nodes", []string{"rebalance", "--pin", "1:3"}, `--pin "1:3" must be GROUP=host:port[,host:port...]`},
+		{"pin empty node list", []string{"plan", "--pin", "1:3="}, "--pin 1:3 lists no node; give at least one host:port"},
+		{"avoid not a group", []string{"plan", "--avoid", "c1=10.0.0.2:5432"}, `--avoid c1: "c1" is not a shard group; write COLOCATION:INDEX`},
+		{"isolate not a group", []string{"drain", "--node", "10.0.0.2:5432", "--isolate", "x"}, `--isolate x: "x" is not a shard group`},
+		{"allow node not host:port", []string{"daemon", "--allow", "github_events=nonsense"}, `--allow github_events: "nonsense" is not host:port`},
+		{"pin given twice", []string{"rebalance", "--pin", "1:3=10.0.0.2:5432", "--pin", "1:3=10.0.0.3:5432"}, "--pin 1:3 is given twice (also as --pin 1:3)"},
+		{"rules file missing", []string{"rebalance", "--rules", filepath.Join(dir, "none.json")}, "none.json cannot be read"},
+		{"rules file unknown field", []string{"plan", "--rules", unknownRules}, `has unknown field "pinned"; the fields are pin, avoid, isolate and allow`},
+		{"rules file bad node", []string{"drain", "--node", "10.0.0.2:5432", "--rules", badNodeRules}, `: pin "1:3": "10.0.0.2" is not host:port`},
 	}
 	require.GreaterOrEqual(t, len(cases), 20)
 	for _, tc := range cases {

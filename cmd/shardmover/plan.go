@@ -18,6 +18,7 @@ func newPlanCmd(g *globals) *cobra.Command {
 		capacity               []string
 		snapshot               string
 		baseCost               baseCostFlag
+		rules                  ruleFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "plan",
@@ -35,6 +36,9 @@ func newPlanCmd(g *globals) *cobra.Command {
 			}
 			var err error
 			if opts.Capacity, err = scheduler.ParseCapacity(capacity); err != nil {
+				return err
+			}
+			if err := rules.apply(&opts); err != nil {
 				return err
 			}
 			if err := checkPlanFlags(opts); err != nil {
@@ -79,6 +83,7 @@ func newPlanCmd(g *globals) *cobra.Command {
 	f.Int64SliceVar(&opts.Exclude, "exclude", nil, "shard id whose group must not move (repeatable)")
 	f.StringVar(&snapshot, "snapshot", "", "plan from a `shardmover status -o json` file instead of a live cluster")
 	f.StringArrayVar(&opts.AddNodes, "add-node", nil, "simulate a node not yet added: host:port[=capacity] (repeatable)")
+	rules.register(cmd)
 	return cmd
 }
 
@@ -133,4 +138,52 @@ func loadStatus(cmd *cobra.Command, g *globals, file string) (metadata.Status, *
 		return metadata.Status{}, nil, err
 	}
 	return cl.Status(cat.CoordinatorAddr()), cat, nil
+}
+
+// ruleFlags are the placement-rule flags of plan, rebalance, drain and the
+// daemon: --pin, --avoid, --isolate, --allow and the --rules file, merged
+// into the plan options.
+type ruleFlags struct {
+	pin, avoid, isolate, allow []string
+	file                       string
+}
+
+func (r *ruleFlags) register(cmd *cobra.Command) {
+	f := cmd.Flags()
+	f.StringArrayVar(&r.pin, "pin", nil, "keep a shard group (COLOCATION:INDEX or a shard id) only on these nodes: GROUP=host:port[,host:port...] (repeatable)")
+	f.StringArrayVar(&r.avoid, "avoid", nil, "keep a shard group off these nodes: GROUP=host:port[,host:port...] (repeatable)")
+	f.StringArrayVar(&r.isolate, "isolate", nil, "give a shard group (COLOCATION:INDEX or a shard id) a node of its own (repeatable)")
+	f.StringArrayVar(&r.allow, "allow", nil, "place a distributed table's shard groups only on these nodes: TABLE=host:port[,host:port...], TABLE as schema.name or name (repeatable)")
+	f.StringVar(&r.file, "rules", "", `placement rules file (JSON): {"pin": {GROUP: [host:port...]}, "avoid": {...}, "isolate": [GROUP...], "allow": {TABLE: [host:port...]}}; merged with the flags`)
+}
+
+// apply reads the flags and the rules file into o and checks their syntax;
+// nothing connects. Whether the groups, tables and nodes exist is checked
+// against the cluster by scheduler.BuildInput.
+func (r *ruleFlags) apply(o *scheduler.PlanOptions) error {
+	var err error
+	if o.Pin, err = scheduler.ParseNodeRules("pin", r.pin); err != nil {
+		return err
+	}
+	if o.Avoid, err = scheduler.ParseNodeRules("avoid", r.avoid); err != nil {
+		return err
+	}
+	if o.Allow, err = scheduler.ParseNodeRules("allow", r.allow); err != nil {
+		return err
+	}
+	o.Isolate = scheduler.IsolateRules(r.isolate)
+	if r.file != "" {
+		f, err := os.Open(r.file)
+		if err != nil {
+			return usagef("--rules %s cannot be read: %s", r.file, message(err))
+		}
+		defer f.Close()
+		pin, avoid, isolate, allow, err := scheduler.ReadRules(f, r.file)
+		if err != nil {
+			return err
+		}
+		o.Pin, o.Avoid = append(o.Pin, pin...), append(o.Avoid, avoid...)
+		o.Isolate, o.Allow = append(o.Isolate, isolate...), append(o.Allow, allow...)
+	}
+	return scheduler.CheckRules(*o)
 }

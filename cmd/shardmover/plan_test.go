@@ -154,3 +154,116 @@ func mustRead(t *testing.T, p string) []byte {
 	require.NoError(t, err)
 	return b
 }
+
+// planEnds runs plan -o json and returns where every group of
+// writeSnapshot ends and the moves' targets by group.
+func planEnds(t *testing.T, args ...string) (map[string]string, map[string][]string) {
+	t.Helper()
+	out, msg, code := run(t, append([]string{"plan", "-o", "json"}, args...)...)
+	require.Equal(t, 0, code, msg)
+	var res struct {
+		Moves []struct {
+			GroupID  string `json:"group_id"`
+			FromName string `json:"from_name"`
+			ToName   string `json:"to_name"`
+			Reason   string `json:"reason"`
+		} `json:"moves"`
+		Skipped []any `json:"skipped"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &res))
+	assert.Empty(t, res.Skipped, "every rule can be met")
+	end := map[string]string{}
+	for i := 0; i < 16; i++ {
+		end["1:"+itoa(i)] = "10.0.0." + itoa(2+i%2) + ":5432"
+	}
+	targets := map[string][]string{}
+	for _, m := range res.Moves {
+		require.Equal(t, end[m.GroupID], m.FromName)
+		end[m.GroupID] = m.ToName
+		targets[m.GroupID] = append(targets[m.GroupID], m.ToName)
+	}
+	return end, targets
+}
+
+// Placement rules given as flags and as a rules file reach the plan, and
+// the file and the flags plan the same.
+func TestPlanRules(t *testing.T) {
+	snap := writeSnapshot(t)
+	const n2, n3, n4 = "10.0.0.2:5432", "10.0.0.3:5432", "10.0.0.4:5432"
+	flags := []string{"--snapshot", snap, "--add-node", n4,
+		"--pin", "1:0=" + n3, // on 10.0.0.2
+		"--pin", "102010=" + n3 + "," + n4, // shard of 1:2, on 10.0.0.2
+		"--avoid", "1:1=" + n3, // on 10.0.0.3
+		"--isolate", "1:14",
+	}
+	check := func(end map[string]string, targets map[string][]string) {
+		assert.Equal(t, n3, end["1:0"], "pinned")
+		assert.Contains(t, []string{n3, n4}, end["1:2"], "pinned by a shard id")
+		assert.NotEqual(t, n3, end["1:1"], "avoided")
+		assert.NotContains(t, targets["1:1"], n3)
+		for g, n := range end {
+			if g != "1:14" {
+				assert.NotEqual(t, end["1:14"], n, "%s shares the isolated group's node", g)
+			}
+		}
+	}
+	endFlags, targets := planEnds(t, flags...)
+	check(endFlags, targets)
+
+	rules := filepath.Join(t.TempDir(), "rules.json")
+	require.NoError(t, os.WriteFile(rules, []byte(`{
+  "pin": {"1:0": ["`+n3+`"], "102010": ["`+n3+`", "`+n4+`"]},
+  "avoid": {"1:1": ["`+n3+`"]},
+  "isolate": ["1:14"]
+}`), 0o644))
+	endFile, targets := planEnds(t, "--snapshot", snap, "--add-node", n4, "--rules", rules)
+	check(endFile, targets)
+	assert.Equal(t, endFlags, endFile, "the file plans as the flags do")
+
+	// --allow: the table stays off the new node; merged with a file's pin.
+	pin := filepath.Join(t.TempDir(), "pin.json")
+	require.NoError(t, os.WriteFile(pin, []byte(`{"pin": {"1:4": ["`+n3+`"]}}`), 0o644))
+	end, targets := planEnds(t, "--snapshot", snap, "--add-node", n4, "--allow", "public.github_events="+n2+","+n3, "--rules", pin)
+	assert.Equal(t, n3, end["1:4"])
+	for g, ts := range targets {
+		assert.NotContains(t, ts, n4, "%s moved to a node its table is not allowed on", g)
+	}
+}
+
+func TestPlanRulesBadInput(t *testing.T) {
+	snap := writeSnapshot(t)
+	dir := t.TempDir()
+	write := func(name, doc string) string {
+		p := filepath.Join(dir, name)
+		require.NoError(t, os.WriteFile(p, []byte(doc), 0o644))
+		return p
+	}
+	unknownField := write("unknown.json", `{"pinned": {"1:3": ["10.0.0.2:5432"]}}`)
+	badGroup := write("badgroup.json", `{"pin": {"1:99": ["10.0.0.2:5432"]}}`)
+	badNode := write("badnode.json", `{"avoid": {"1:3": ["10.0.0.9:5432"]}}`)
+	dup := write("dup.json", `{"pin": {"1:3": ["10.0.0.2:5432"]}}`)
+	cases := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--pin", "1:99=10.0.0.2:5432"}, "--pin 1:99: no such shard group in the cluster; `shardmover status` lists the groups"},
+		{[]string{"--pin", "999999=10.0.0.2:5432"}, "--pin 999999: no such shard in the cluster"},
+		{[]string{"--avoid", "1:3=10.0.0.9:5432"}, "--avoid 1:3: no such node 10.0.0.9:5432 in the cluster; `shardmover status` lists the nodes"},
+		{[]string{"--isolate", "2:0"}, "--isolate 2:0: no such shard group in the cluster"},
+		{[]string{"--allow", "events=10.0.0.2:5432"}, "--allow events: no such distributed table in the cluster"},
+		{[]string{"--pin", "1:3=10.0.0.2:5432", "--avoid", "1:3=10.0.0.2:5432"}, "--pin 1:3 and --avoid 1:3 leave shard group 1:3 no node"},
+		{[]string{"--pin", "1:3"}, `--pin "1:3" must be GROUP=host:port[,host:port...]`},
+		{[]string{"--pin", "1:3="}, "--pin 1:3 lists no node; give at least one host:port"},
+		{[]string{"--isolate", "three"}, `--isolate three: "three" is not a shard group`},
+		{[]string{"--rules", unknownField}, `has unknown field "pinned"; the fields are pin, avoid, isolate and allow`},
+		{[]string{"--rules", badGroup}, `: pin "1:99": no such shard group in the cluster`},
+		{[]string{"--rules", badNode}, `: avoid "1:3": no such node 10.0.0.9:5432 in the cluster`},
+		{[]string{"--rules", dup, "--pin", "1:3=10.0.0.3:5432"}, `: pin "1:3" is given twice (also as --pin 1:3)`},
+		{[]string{"--rules", filepath.Join(dir, "missing.json")}, "missing.json cannot be read"},
+	}
+	for _, tc := range cases {
+		_, msg, code := run(t, append([]string{"plan", "--snapshot", snap}, tc.args...)...)
+		assert.Equal(t, 2, code, "%v: %s", tc.args, msg)
+		assert.Contains(t, msg, tc.want, tc.args)
+	}
+}

@@ -26,6 +26,7 @@ type jobFlags struct {
 	threshold, improvement float64
 	baseCost               baseCostFlag
 	maxWAL                 maxWALFlag
+	rules                  ruleFlags
 }
 
 func (f *jobFlags) register(cmd *cobra.Command, withPlan bool) {
@@ -39,6 +40,7 @@ func (f *jobFlags) register(cmd *cobra.Command, withPlan bool) {
 		f.baseCost.register(cmd)
 		fl.IntVar(&f.plan.MaxMoves, "max-moves", f.plan.MaxMoves, "most balancing moves; moves a drain, isolation or placement rule forces are not counted and always planned (unlike Citus's max_shard_moves, which counts them: a drain must empty its node)")
 	}
+	f.rules.register(cmd)
 	registerLimits(cmd, &f.limits)
 	fl.StringVar(&f.bandwidth, "max-bandwidth", "", "total copy bandwidth, e.g. 100MB/s (default: none)")
 	f.maxWAL.register(cmd)
@@ -58,8 +60,12 @@ func (f *jobFlags) resolve(cmd *cobra.Command) error {
 	if err := f.baseCost.apply(&f.plan); err != nil {
 		return err
 	}
-	// The plan's options (strategy, thresholds, base cost, --max-moves) are
-	// checked against an empty cluster now, before connecting.
+	if err := f.rules.apply(&f.plan); err != nil {
+		return err
+	}
+	// The plan's options (strategy, thresholds, base cost, --max-moves, the
+	// placement rules' syntax) are checked against an empty cluster now,
+	// before connecting.
 	if _, err := scheduler.BuildInput(metadata.Status{SchemaVersion: 1}, f.plan); err != nil {
 		return err
 	}
