@@ -84,7 +84,13 @@ func ApplyClusterStrategy(ctx context.Context, cat *metadata.Catalog, o PlanOpti
 		if err != nil {
 			return err
 		}
+		// Both the Citus function and what BuildInput already allows (the
+		// operator's rules, inactive nodes) must agree.
+		prev := in.Allowed
 		in.Allowed = func(g planner.Group, n planner.Node) bool {
+			if prev != nil && !prev(g, n) {
+				return false
+			}
 			return len(g.ShardIDs) == 0 || !refused[[2]int64{g.ShardIDs[0], n.ID}]
 		}
 	}
