@@ -268,7 +268,7 @@ func (f *catchingUpFault) install(t *testing.T, c *cluster, cfg *mover.Config, s
 				time.Sleep(20 * time.Millisecond)
 			}
 			if m, err := c.cat.Move(context.Background(), p.MoveID); err == nil {
-				f.phase.Store(m.Phase)
+				f.phase.Store(string(m.Phase))
 			}
 			fault(p.MoveID)
 			f.fired.Store(true)
@@ -456,7 +456,7 @@ func TestNodeFaultWorkers(t *testing.T) {
 		fired := copyingFault(&cfg, 300_000, func(id int64) {
 			err := stopNode(c, source, "immediate")
 			if m, merr := c.cat.Move(context.Background(), id); merr == nil {
-				phaseAtStop.Store(m.Phase)
+				phaseAtStop.Store(string(m.Phase))
 			}
 			stopped <- err
 		})
