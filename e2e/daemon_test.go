@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -214,7 +215,7 @@ func TestTwoDaemonsLeaderKilled(t *testing.T) {
 
 	n, err := sb.AddNode(ctx)
 	require.NoError(t, err)
-	_, err = cat.AddNode(ctx, n.Host, n.Port, metadata.DefaultAddNodeOptions())
+	added, err := cat.AddNode(ctx, n.Host, n.Port, metadata.DefaultAddNodeOptions())
 	require.NoError(t, err)
 
 	// Kill the leader once the job has finished a move and has more to do.
@@ -241,13 +242,22 @@ func TestTwoDaemonsLeaderKilled(t *testing.T) {
 	require.Equal(t, standby, exactlyOneLeader(t, cat, rec.Epoch, standby))
 	t.Logf("the standby led %s after the leader was killed", time.Since(killed).Round(time.Millisecond))
 
-	waitFor(t, "the job to complete", 5*time.Minute, func() bool {
-		jobs, err := cat.Jobs(ctx, 5)
+	// The dead leader had not accounted for the new node (it records that
+	// when its rebalance ends), so the new leader owes the node a rebalance
+	// of its own once the resumed job is done: wait for every job, and for
+	// the leader to have accounted for the node.
+	waitFor(t, "every job to complete and the new node to be accounted for", 5*time.Minute, func() bool {
+		jobs, err := cat.Jobs(ctx, 20)
 		if err != nil || len(jobs) == 0 {
 			return false
 		}
-		moves, err := cat.Moves(ctx, metadata.MoveFilter{JobID: jobs[len(jobs)-1].ID, ActiveOnly: true})
-		return err == nil && len(moves) == 0 && jobs[0].State == "done"
+		for _, j := range jobs {
+			if j.State != metadata.JobDone {
+				return false
+			}
+		}
+		seen, ok, err := cat.NodesSeen(ctx)
+		return err == nil && ok && slices.Contains(seen, added.ID)
 	})
 	standbyLog, err := os.ReadFile(standby.log)
 	require.NoError(t, err)
