@@ -1,5 +1,5 @@
 // Package metadata is the only package that reads or writes the pg_dist_*
-// catalogs (and, later, shardmover's journal).
+// catalogs and shardmover's journal.
 //
 // A Catalog is opened on the coordinator. It detects the cluster's flavor
 // (citus when pg_extension lists citus, compat otherwise; never configured by
@@ -49,4 +49,13 @@
 //   - On compat clusters a statement trigger on the node catalog NOTIFYs
 //     NodeChannel; WatchNodes turns that into wake-ups (never on Citus,
 //     whose catalog is not ours: callers poll as well).
+//   - On Citus (citus.go; Citus 12 or later, refused otherwise at Open):
+//     every node session runs with the settings Citus's own shard transfers
+//     use (shards visible, changes to them allowed, DDL not propagated);
+//     LockShardMetadata blocks Citus-routed writes to a shard group;
+//     UpdatePlacements flips a node's copy of the placements through Citus's
+//     own function inside the caller's transaction; the decision
+//     (BeginDecision, Decision.Commit) flips the coordinator's and records
+//     the old shards in Citus's deferred cleanup; CitusBusy, CitusDefaultStrategy
+//     and EnsureReferenceTables read and prepare what a Citus move needs.
 package metadata

@@ -57,6 +57,11 @@
 // with a sentence saying so, leaving the group on its source; moving it
 // again copies the new definition.
 //
-// Only compat clusters are moved so far; a Citus cluster is refused in
-// preflight with a sentence saying so.
+// On Citus (12 or later) the phases are the same; the cutover also blocks
+// Citus-routed writes with Citus's metadata lock on the coordinator and on
+// every metadata node, flips every node's placements in the decision's
+// two-phase commit (the parts prepared under the fence's gid, settled by
+// the same recovery rule), and leaves the old shards to Citus's deferred
+// cleanup (citus.go, docs/design.md 3.1). Preflight refuses while Citus
+// itself rebalances or moves shards.
 package mover
