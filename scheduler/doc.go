@@ -2,7 +2,11 @@
 // planner input from a cluster's status (live, or a snapshot file for
 // what-if planning) and the operator's options; Runner records and runs
 // rebalance and drain jobs within concurrency, per-node and bandwidth
-// limits, one job per cluster; Daemon is docs/design.md section 9.
+// limits, one job per cluster; Daemon is docs/design.md section 9. With
+// no strategy named, ApplyClusterStrategy makes a Citus cluster's plan
+// follow Citus's default rebalance strategy from its catalog (thresholds,
+// base cost, custom cost, capacity and allowed-on-node functions), combined
+// with the operator's placement rules (rules.go).
 //
 // Daemon leadership is a lease with a fencing token (metadata/leader.go):
 // the leader holds a session advisory lock on the coordinator and, right
