@@ -168,12 +168,13 @@ func SyncPlacements(ctx context.Context, conn *pgx.Conn, ids []int64, src, dst i
 	return changed, nil
 }
 
-// PlacementGroups reads, on the node conn is on, the group each of ids is
-// placed on there (a shard with no placement is left out).
-func PlacementGroups(ctx context.Context, conn *pgx.Conn, ids []int64) (map[int64]int32, error) {
-	rows, err := conn.Query(ctx, `SELECT shardid, groupid FROM pg_catalog.pg_dist_placement WHERE shardid = ANY($1)`, ids)
+// NodePlacements reads the placements (shard -> group) as the Citus
+// metadata of the node conn is on has them: what a check that every node
+// agrees after a move compares.
+func NodePlacements(ctx context.Context, conn *pgx.Conn) (map[int64]int32, error) {
+	rows, err := conn.Query(ctx, `SELECT shardid, groupid FROM pg_catalog.pg_dist_placement`)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("read the node's placements: %w", err)
 	}
 	out := map[int64]int32{}
 	var id int64

@@ -77,20 +77,15 @@ func citusGroup(t *testing.T, c *cluster, table string, i int) metadata.ShardGro
 	return metadata.ShardGroup{}
 }
 
-// placementsOn reads pg_dist_placement (shard -> group) as node addr's
-// Citus metadata has it.
+// placementsOn reads the placements (shard -> group) as node n's Citus
+// metadata has them.
 func placementsOn(t *testing.T, c *cluster, n metadata.Node) map[int64]int32 {
 	t.Helper()
 	ctx := context.Background()
 	conn, err := c.cat.ConnectNode(ctx, n.Host, n.Port)
 	require.NoError(t, err)
 	defer conn.Close(ctx)
-	rows, err := conn.Query(ctx, "SELECT shardid, groupid FROM pg_catalog.pg_dist_placement")
-	require.NoError(t, err)
-	out := map[int64]int32{}
-	var id int64
-	var g int32
-	_, err = pgx.ForEachRow(rows, []any{&id, &g}, func() error { out[id] = g; return nil })
+	out, err := metadata.NodePlacements(ctx, conn)
 	require.NoError(t, err)
 	return out
 }

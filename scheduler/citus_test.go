@@ -80,19 +80,14 @@ func nodeConn(t *testing.T, cat *metadata.Catalog, n metadata.Node) *pgx.Conn {
 	return conn
 }
 
-// placementsAt reads pg_dist_placement (shard -> group) as node n's Citus
-// metadata has it.
+// placementsAt reads the placements (shard -> group) as node n's Citus
+// metadata has them.
 func placementsAt(t *testing.T, cat *metadata.Catalog, n metadata.Node) map[int64]int32 {
 	t.Helper()
 	ctx := context.Background()
 	conn := nodeConn(t, cat, n)
 	defer conn.Close(ctx)
-	rows, err := conn.Query(ctx, "SELECT shardid, groupid FROM pg_catalog.pg_dist_placement")
-	require.NoError(t, err)
-	out := map[int64]int32{}
-	var id int64
-	var g int32
-	_, err = pgx.ForEachRow(rows, []any{&id, &g}, func() error { out[id] = g; return nil })
+	out, err := metadata.NodePlacements(ctx, conn)
 	require.NoError(t, err)
 	return out
 }
