@@ -245,8 +245,17 @@ type CleanupRecord struct {
 }
 
 // InstallJournal creates the journal schema (idempotent).
+//
+// On Citus the journal stays on the coordinator: its DDL is not propagated
+// (Citus would send CREATE SCHEMA to every metadata node, and refuses to
+// while one of them is out of sync).
 func (c *Catalog) InstallJournal(ctx context.Context) error {
 	return c.tx(ctx, func(tx pgx.Tx) error {
+		if c.flavor == Citus {
+			if _, err := tx.Exec(ctx, "SET LOCAL citus.enable_ddl_propagation = off"); err != nil {
+				return fmt.Errorf("install journal: %w", err)
+			}
+		}
 		for _, stmt := range journalDDL {
 			if _, err := tx.Exec(ctx, stmt); err != nil {
 				return fmt.Errorf("install journal: %w", err)

@@ -53,6 +53,13 @@ func newProxiedCitus(t *testing.T, shards int, users, events int64) (*proxied, m
 		_, err := direct.Pool().Exec(ctx, "SELECT citus_update_node($1, '127.0.0.1', $2)", n.ID, px.Port())
 		require.NoError(t, err)
 	}
+	// citus_update_node marks the nodes' metadata out of sync; Citus's
+	// maintenance daemon syncs it again shortly.
+	require.Eventually(t, func() bool {
+		var synced bool
+		err := direct.Pool().QueryRow(ctx, "SELECT bool_and(metadatasynced) FROM pg_dist_node WHERE hasmetadata").Scan(&synced)
+		return err == nil && synced
+	}, time.Minute, 100*time.Millisecond, "Citus re-syncs its nodes' metadata after citus_update_node")
 	p.dsn = "host=127.0.0.1 port=" + strconv.Itoa(p.coord.Port()) + " user=postgres dbname=postgres sslmode=disable"
 	cat, err := metadata.Open(ctx, metadata.Config{Coordinator: p.dsn, ConnectTimeout: 2 * time.Second})
 	require.NoError(t, err)
