@@ -107,15 +107,16 @@ type Progress struct {
 // Engine runs moves.
 type Engine struct {
 	cfg Config
-	cat *metadata.Catalog
+	cat Store
 	log *zap.Logger
 	// copyLimiter, set by RunJob, paces the copies of every running move of
 	// a job together (cfg.BytesPerSecond is then unused).
 	copyLimiter *ratelimit.Limiter
 }
 
-// New returns an engine on the coordinator's catalog.
-func New(cfg Config, cat *metadata.Catalog) *Engine {
+// New returns an engine on the coordinator's catalog (a *metadata.Catalog,
+// or anything else that is a Store).
+func New(cfg Config, cat Store) *Engine {
 	def := DefaultConfig()
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
@@ -155,9 +156,6 @@ func New(cfg Config, cat *metadata.Catalog) *Engine {
 	}
 	return &Engine{cfg: cfg, cat: cat, log: cfg.Logger}
 }
-
-// Cat returns the engine's catalog.
-func (e *Engine) Cat() *metadata.Catalog { return e.cat }
 
 // Request asks to move the shard group holding ShardID to a node.
 type Request struct {

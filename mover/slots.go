@@ -24,7 +24,7 @@ const slotReadTimeout = 5 * time.Second
 // replication slots with the WAL each retains (what the WAL-retention guard
 // watches), in node then name order. A node that cannot be read is left out
 // with a warning naming it; nodes are read concurrently, each within 5 s.
-func RetainedWAL(ctx context.Context, cat *metadata.Catalog, nodes []metadata.Node) ([]metadata.StatusSlot, []string) {
+func RetainedWAL(ctx context.Context, cat ClusterReader, nodes []metadata.Node) ([]metadata.StatusSlot, []string) {
 	type result struct {
 		slots []metadata.StatusSlot
 		warn  string
@@ -64,7 +64,7 @@ func RetainedWAL(ctx context.Context, cat *metadata.Catalog, nodes []metadata.No
 	return out, warnings
 }
 
-func nodeSlots(ctx context.Context, cat *metadata.Catalog, n metadata.Node) ([]metadata.StatusSlot, error) {
+func nodeSlots(ctx context.Context, cat ClusterReader, n metadata.Node) ([]metadata.StatusSlot, error) {
 	ctx, cancel := context.WithTimeout(ctx, slotReadTimeout)
 	defer cancel()
 	conn, err := cat.ConnectNode(ctx, n.Host, n.Port)
