@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"os"
-	"strings"
 	"testing"
 	"time"
 
@@ -185,5 +184,3 @@ func (e *env) catchUp(r *running) {
 	defer cancel()
 	require.NoError(e.t, r.WaitFor(ctx, lsn), "wait for %s", lsn)
 }
-
-func ident(s string) pgx.Identifier { return pgx.Identifier(strings.Split(s, ".")) }

@@ -77,9 +77,6 @@ func (p *Proxy) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Ito
 // Port returns the proxy's port.
 func (p *Proxy) Port() int { return p.port }
 
-// Upstream returns the address the proxy forwards to.
-func (p *Proxy) Upstream() string { return p.upstream }
-
 // SetRule makes r judge every client message from now on, and gives it a
 // fresh Fired channel. A nil r passes everything.
 func (p *Proxy) SetRule(r Rule) { p.rule.Store(newRuleState(r)) }
