@@ -125,7 +125,7 @@ func (r *run) catchUp(ctx context.Context, m metadata.Move) error {
 		}
 		if processed > 0 && lagBytes <= r.e.cfg.CutoverMaxLagBytes && lag <= r.e.cfg.CutoverMaxLag {
 			_ = r.e.cat.SetProgress(ctx, m.ID, m.BytesCopied, m.BytesTotal, "", processed.String())
-			return r.transition(ctx, m, CatchingUp, Cutover, fmt.Sprintf("lag %d bytes, %s", lagBytes, lag.Round(time.Millisecond)))
+			return r.changePhase(ctx, m, CatchingUp, Cutover, stepped, fmt.Sprintf("lag %d bytes, %s", lagBytes, lag.Round(time.Millisecond)), "")
 		}
 		select {
 		case <-ctx.Done():

@@ -41,7 +41,7 @@ func (r *run) cleanup(ctx context.Context, m metadata.Move) error {
 	if err := r.dropArtifacts(ctx, m, metadata.CleanupAlways); err != nil {
 		return err
 	}
-	if err := r.transition(ctx, m, Cleanup, Done, "replication artifacts dropped"); err != nil {
+	if err := r.changePhase(ctx, m, Cleanup, Done, stepped, "replication artifacts dropped", ""); err != nil {
 		return err
 	}
 	r.progress(Progress{MoveID: m.ID, Phase: Done, BytesDone: m.BytesTotal, BytesTotal: m.BytesTotal})
@@ -205,10 +205,9 @@ func (r *run) abort(ctx context.Context, m metadata.Move, p Phase, end Phase, wh
 	if end == Failed {
 		errText = why
 	}
-	if err := r.setPhase(ctx, m.ID, p, end, why, errText); err != nil {
+	if err := r.changePhase(ctx, m, p, end, aborted, why, errText); err != nil {
 		return err
 	}
-	r.log.Info("phase changed", zap.String("from", p.String()), zap.String("phase", end.String()), zap.String("why", why))
 	if err := r.dropArtifacts(ctx, m, metadata.CleanupAlways, metadata.CleanupOnFailure); err != nil {
 		return err
 	}

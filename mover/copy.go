@@ -94,7 +94,7 @@ func (r *run) setup(ctx context.Context, m metadata.Move) error {
 	if err := r.e.cat.SetProgress(ctx, m.ID, 0, 0, snap.ConsistentLSN.String(), ""); err != nil {
 		return err
 	}
-	return r.transition(ctx, m, Setup, Copying, "slot "+name+" at "+snap.ConsistentLSN.String())
+	return r.changePhase(ctx, m, Setup, Copying, stepped, "slot "+name+" at "+snap.ConsistentLSN.String(), "")
 }
 
 // copy copies every table from the exported snapshot.
@@ -126,7 +126,7 @@ func (r *run) copy(ctx context.Context, m metadata.Move) error {
 	if err := r.e.cat.SetProgress(ctx, m.ID, res.Bytes, res.Bytes, "", ""); err != nil {
 		return err
 	}
-	return r.transition(ctx, m, Copying, Indexing, fmt.Sprintf("%d rows, %d bytes", res.Rows, res.Bytes))
+	return r.changePhase(ctx, m, Copying, Indexing, stepped, fmt.Sprintf("%d rows, %d bytes", res.Rows, res.Bytes), "")
 }
 
 // index builds secondary indexes (and other constraints the source has) on
@@ -148,5 +148,5 @@ func (r *run) index(ctx context.Context, m metadata.Move) error {
 			return fmt.Errorf("build indexes of %s on %s: %w", t.Sanitize(), r.target.Addr(), err)
 		}
 	}
-	return r.transition(ctx, m, Indexing, CatchingUp, "indexes built")
+	return r.changePhase(ctx, m, Indexing, CatchingUp, stepped, "indexes built", "")
 }

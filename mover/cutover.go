@@ -94,7 +94,7 @@ func (r *run) cutover(ctx context.Context, m metadata.Move) error {
 		wait := r.cutoverBackoff
 		r.cutoverBackoff = min(2*r.cutoverBackoff, r.e.cfg.CutoverMaxBackoff)
 		r.log.Warn("cutover rolled back", zap.Error(err), zap.Duration("retry_in", wait))
-		if err := r.setPhase(ctx, m.ID, Cutover, CatchingUp,
+		if err := r.changePhase(ctx, m, Cutover, CatchingUp, rolledBack,
 			fmt.Sprintf("cutover rolled back (%v); retry in %s", err, wait), ""); err != nil {
 			return err
 		}
@@ -294,7 +294,7 @@ func (r *run) tryCutover(ctx context.Context, m metadata.Move, c cutoverConns) e
 	r.log.Info("cutover committed", zap.Duration("write_pause", pause), zap.Stringer("lsn", lsn))
 	r.recordPause(m.ID, pause)
 	r.stopStream()
-	return r.hook(Cutover)
+	return r.changePhase(ctx, m, Cutover, Cleanup, decided, fmt.Sprintf("placements flipped; writes paused %s", pause.Round(time.Millisecond)), "")
 }
 
 // finishTarget commits the target transaction that finished identity

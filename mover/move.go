@@ -249,18 +249,18 @@ func (r *run) resolveNodes(ctx context.Context, m metadata.Move) error {
 func (r *run) step(ctx context.Context, m metadata.Move, p Phase) error {
 	switch p {
 	case Scheduled:
-		return r.transition(ctx, m, Scheduled, Preflight, "picked")
+		return r.changePhase(ctx, m, Scheduled, Preflight, stepped, "picked", "")
 	case Preflight:
 		if err := r.e.preflight(ctx, m, r.source, r.target); err != nil {
 			return err
 		}
-		return r.transition(ctx, m, Preflight, Setup, "checks passed")
+		return r.changePhase(ctx, m, Preflight, Setup, stepped, "checks passed", "")
 	case Setup:
 		return r.setup(ctx, m)
 	case Copying:
 		if r.snapshot == nil {
 			// The exported snapshot died with the process that made it.
-			return r.transition(ctx, m, Copying, Setup, "snapshot lost in a restart; setting up again")
+			return r.changePhase(ctx, m, Copying, Setup, stepped, "snapshot lost in a restart; setting up again", "")
 		}
 		return r.copy(ctx, m)
 	case Indexing:
@@ -275,20 +275,38 @@ func (r *run) step(ctx context.Context, m metadata.Move, p Phase) error {
 	return fmt.Errorf("no step for phase %s", p)
 }
 
-// transition persists from -> to and then runs the AfterPhase hook.
-func (r *run) transition(ctx context.Context, m metadata.Move, from, to Phase, msg string) error {
-	if err := r.setPhase(ctx, m.ID, from, to, msg, ""); err != nil {
-		return err
-	}
-	r.log.Info("phase changed", zap.String("from", from.String()), zap.String("phase", to.String()), zap.String("why", msg))
-	r.progress(Progress{MoveID: m.ID, Phase: to, BytesDone: m.BytesCopied, BytesTotal: m.BytesTotal})
-	return r.hook(from)
-}
+// phaseChange says how a move's phase changed; see changePhase.
+type phaseChange int
 
-// setPhase persists a phase change if this run still holds the move's
-// lease (checked in the same coordinator transaction).
-func (r *run) setPhase(ctx context.Context, id int64, from, to Phase, msg, errText string) error {
-	return r.e.cat.SetPhaseLeased(ctx, r.lease, id, from.String(), to.String(), msg, errText)
+const (
+	// stepped: the step of phase from finished; recorded by changePhase.
+	stepped phaseChange = iota
+	// decided: the cutover decision recorded cutover -> cleanup in the
+	// transaction that flipped the placements.
+	decided
+	// rolledBack: a cutover attempt rolled back to catching_up.
+	rolledBack
+	// aborted: the move ends failed or cancelled.
+	aborted
+)
+
+// changePhase is the one way a move's phase changes. It records from -> to
+// under the run's lease (unless the decision already recorded it), logs it,
+// reports progress, and runs the AfterPhase hook when the step of phase
+// from completed (stepped, decided); a rollback or an abort did not
+// complete it, so no hook runs for them.
+func (r *run) changePhase(ctx context.Context, m metadata.Move, from, to Phase, how phaseChange, why, errText string) error {
+	if how != decided {
+		if err := r.e.cat.SetPhaseLeased(ctx, r.lease, m.ID, from.String(), to.String(), why, errText); err != nil {
+			return err
+		}
+	}
+	r.log.Info("phase changed", zap.String("from", from.String()), zap.String("phase", to.String()), zap.String("why", why))
+	r.progress(Progress{MoveID: m.ID, Phase: to, BytesDone: m.BytesCopied, BytesTotal: m.BytesTotal})
+	if how == stepped || how == decided {
+		return r.hook(from)
+	}
+	return nil
 }
 
 func (r *run) hook(p Phase) error {
