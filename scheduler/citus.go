@@ -57,7 +57,7 @@ func ApplyClusterStrategy(ctx context.Context, cat *metadata.Catalog, o PlanOpti
 	if o.Threshold == nil {
 		in.Threshold = s.Threshold
 	} else if *o.Threshold < s.MinimumThreshold {
-		return invalidf("--threshold %v is below Citus strategy %s's minimum threshold %v", *o.Threshold, s.Name, s.MinimumThreshold)
+		return optionf("Threshold", "%v is below Citus strategy %s's minimum threshold %v", *o.Threshold, s.Name, s.MinimumThreshold)
 	}
 	if o.ImprovementThreshold == nil {
 		in.ImprovementThreshold = s.ImprovementThreshold

@@ -110,8 +110,8 @@ func (s LeaderState) String() string {
 
 // Validate checks the configuration without connecting anywhere: the
 // numbers, the time zone and every schedule (never-firing and sub-second
-// schedules are refused). Errors match metadata.ErrInvalid and name the
-// flag at fault.
+// schedules are refused). Errors match metadata.ErrInvalid and are
+// metadata.OptionErrors naming the field at fault.
 func (cfg DaemonConfig) Validate() error {
 	_, _, err := cfg.check()
 	return err
@@ -119,25 +119,25 @@ func (cfg DaemonConfig) Validate() error {
 
 func (cfg DaemonConfig) check() (*time.Location, []cron.Schedule, error) {
 	if cfg.KeepOldFor < 0 {
-		return nil, nil, invalidf("--keep-old-for must not be negative, got %s", cfg.KeepOldFor)
+		return nil, nil, optionf("KeepOldFor", "must not be negative, got %s", cfg.KeepOldFor)
 	}
 	if cfg.Settle < 0 {
-		return nil, nil, invalidf("--settle must not be negative, got %s", cfg.Settle)
+		return nil, nil, optionf("Settle", "must not be negative, got %s", cfg.Settle)
 	}
 	if cfg.Poll < 0 {
-		return nil, nil, invalidf("--poll must not be negative, got %s", cfg.Poll)
+		return nil, nil, optionf("Poll", "must not be negative, got %s", cfg.Poll)
 	}
 	if cfg.Limits.Concurrency < 1 {
-		return nil, nil, invalidf("--concurrency must be at least 1, got %d", cfg.Limits.Concurrency)
+		return nil, nil, optionf("Limits.Concurrency", "must be at least 1, got %d", cfg.Limits.Concurrency)
 	}
 	if cfg.Limits.PerNode < 1 {
-		return nil, nil, invalidf("--per-node must be at least 1, got %d", cfg.Limits.PerNode)
+		return nil, nil, optionf("Limits.PerNode", "must be at least 1, got %d", cfg.Limits.PerNode)
 	}
 	loc := time.Local
 	if cfg.Timezone != "" {
 		var err error
 		if loc, err = time.LoadLocation(cfg.Timezone); err != nil {
-			return nil, nil, invalidf("--timezone %q is not a known time zone (use an IANA name such as Europe/Berlin or UTC)", cfg.Timezone)
+			return nil, nil, optionf("Timezone", "%q is not a known time zone (use an IANA name such as Europe/Berlin or UTC)", cfg.Timezone)
 		}
 	}
 	var scheds []cron.Schedule
@@ -155,7 +155,7 @@ func (cfg DaemonConfig) check() (*time.Location, []cron.Schedule, error) {
 }
 
 // NewDaemon checks the configuration and binds the HTTP port. Errors match
-// metadata.ErrInvalid and name the flag at fault.
+// metadata.ErrInvalid and are metadata.OptionErrors naming the field at fault.
 func NewDaemon(cfg DaemonConfig, cat *metadata.Catalog) (*Daemon, error) {
 	if cfg.Mover.Logger == nil {
 		cfg.Mover.Logger = zap.NewNop()
@@ -172,7 +172,7 @@ func NewDaemon(cfg DaemonConfig, cat *metadata.Catalog) (*Daemon, error) {
 	}
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
-		return nil, invalidf("--listen %s cannot be used (%v); pick a free address", cfg.Listen, errors.Unwrap(err))
+		return nil, optionf("Listen", "%s cannot be used (%v); pick a free address", cfg.Listen, errors.Unwrap(err))
 	}
 	host, _ := os.Hostname()
 	m := NewMetrics()

@@ -209,8 +209,8 @@ func TestDaemonBadInput(t *testing.T) {
 	}{
 		{func(c *scheduler.DaemonConfig) { c.Schedules = []string{"every day"} }, "is not a cron expression"},
 		{func(c *scheduler.DaemonConfig) { c.Timezone = "Mars/Olympus" }, "is not a known time zone"},
-		{func(c *scheduler.DaemonConfig) { c.Limits.Concurrency = 0 }, "--concurrency must be at least 1"},
-		{func(c *scheduler.DaemonConfig) { c.Limits.PerNode = 0 }, "--per-node must be at least 1"},
+		{func(c *scheduler.DaemonConfig) { c.Limits.Concurrency = 0 }, "Limits.Concurrency must be at least 1"},
+		{func(c *scheduler.DaemonConfig) { c.Limits.PerNode = 0 }, "Limits.PerNode must be at least 1"},
 		{func(c *scheduler.DaemonConfig) { c.Listen = busy.Addr() }, "cannot be used"},
 	} {
 		cfg := daemonConfig(t)
@@ -218,6 +218,9 @@ func TestDaemonBadInput(t *testing.T) {
 		_, err := scheduler.NewDaemon(cfg, cat)
 		require.ErrorIs(t, err, metadata.ErrInvalid)
 		assert.Contains(t, err.Error(), tc.want)
+		var oe *metadata.OptionError
+		require.ErrorAs(t, err, &oe, "a refused value names its option")
+		assert.NotContains(t, err.Error(), "--", "a library error speaks of options, not of CLI flags")
 	}
 }
 

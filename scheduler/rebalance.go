@@ -314,7 +314,7 @@ func (r *Runner) resumeAs(ctx context.Context, term *metadata.Leadership, own bo
 func (r *Runner) Drain(ctx context.Context, addr string, o PlanOptions, lim mover.Limits) (JobOutcome, error) {
 	node, err := r.cat.NodeByAddr(ctx, addr)
 	if err != nil {
-		return JobOutcome{}, invalidf("--node %s is not a registered node; `shardmover node list` shows them", addr)
+		return JobOutcome{}, optionf("node", "%s is not a registered node; `shardmover node list` shows them", addr)
 	}
 	nodes, err := r.cat.Nodes(ctx)
 	if err != nil {

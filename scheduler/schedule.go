@@ -30,21 +30,21 @@ func ParseSchedule(spec string, loc *time.Location, now time.Time) (cron.Schedul
 	if d, ok := strings.CutPrefix(trimmed, "@every "); ok {
 		every, err := time.ParseDuration(strings.TrimSpace(d))
 		if err != nil {
-			return nil, invalidf("--schedule %q is not a duration after @every; write it like \"@every 1h30m\"", spec)
+			return nil, optionf("Schedules", "%q is not a duration after @every; write it like \"@every 1h30m\"", spec)
 		}
 		if every < time.Second {
-			return nil, invalidf("--schedule %q would fire more often than every second (the least interval is @every 1s)", spec)
+			return nil, optionf("Schedules", "%q would fire more often than every second (the least interval is @every 1s)", spec)
 		}
 		if every%time.Second != 0 {
-			return nil, invalidf("--schedule %q is not a whole number of seconds; cron would round it down to %s", spec, every.Truncate(time.Second))
+			return nil, optionf("Schedules", "%q is not a whole number of seconds; cron would round it down to %s", spec, every.Truncate(time.Second))
 		}
 	}
 	s, err := cronParser.Parse(trimmed)
 	if err != nil {
-		return nil, invalidf("--schedule %q is not a cron expression (%v); write 5 fields like \"0 3 * * *\", or 6 with seconds first", spec, err)
+		return nil, optionf("Schedules", "%q is not a cron expression (%v); write 5 fields like \"0 3 * * *\", or 6 with seconds first", spec, err)
 	}
 	if s.Next(now.In(loc)).IsZero() {
-		return nil, invalidf("--schedule %q never fires: no date in the next five years matches it (a day that does not exist, like February 30?)", spec)
+		return nil, optionf("Schedules", "%q never fires: no date in the next five years matches it (a day that does not exist, like February 30?)", spec)
 	}
 	if spec, ok := s.(*cron.SpecSchedule); ok {
 		zone := loc

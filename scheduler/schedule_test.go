@@ -30,7 +30,7 @@ func TestScheduleRefusals(t *testing.T) {
 		_, err := scheduler.ParseSchedule(spec, time.UTC, now)
 		require.Error(t, err, spec)
 		assert.ErrorIs(t, err, metadata.ErrInvalid, spec)
-		assert.Contains(t, err.Error(), "--schedule", spec)
+		assert.Contains(t, err.Error(), "Schedules", spec)
 		assert.Contains(t, err.Error(), want, spec)
 	}
 	for _, spec := range []string{"0 3 * * *", "*/1 * * * * *", "@every 1s", "@every 6h", "@daily", "0 0 29 2 *", "CRON_TZ=Asia/Tokyo 0 3 * * *"} {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -128,10 +129,28 @@ func exitCode(err error) int {
 	return 1
 }
 
+// optionFlags names the flag that sets each library option, so that a
+// refused value (metadata.OptionError, which names the option as the
+// library knows it) is reported under the flag the user typed.
+var optionFlags = map[string]string{
+	"KeepOldFor": "--keep-old-for", "Settle": "--settle", "Poll": "--poll",
+	"Limits.Concurrency": "--concurrency", "Limits.PerNode": "--per-node",
+	"Timezone": "--timezone", "Schedules": "--schedule", "Listen": "--listen", "node": "--node",
+	"Strategy": "--strategy", "Threshold": "--threshold", "ImprovementThreshold": "--improvement-threshold",
+	"BaseCost": "--base-cost", "MaxMoves": "--max-moves", "MaxPerNode": "--per-node",
+	"AddNodes": "--add-node", "Drain": "--drain", "Capacity": "--capacity", "Exclude": "--exclude",
+}
+
 // message is the error as one line for people; sentinel prefixes that add
-// nothing are dropped.
+// nothing are dropped, and an option's name becomes its flag's.
 func message(err error) string {
 	msg := err.Error()
+	var oe *metadata.OptionError
+	if errors.As(err, &oe) {
+		if flag, ok := optionFlags[oe.Option]; ok {
+			msg = strings.Replace(msg, oe.Error(), flag+" "+oe.Msg, 1)
+		}
+	}
 	for _, s := range []error{metadata.ErrInvalid, metadata.ErrUnreachable, metadata.ErrNotFound, metadata.ErrExists,
 		sandbox.ErrBadConfig, sandbox.ErrPortInUse} {
 		prefix := s.Error() + ": "
