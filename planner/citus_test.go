@@ -216,7 +216,25 @@ func costOf(in Input, g *Group) float64 {
 		return in.Cost(*g)
 	case in.Strategy == ByShardCount:
 		return 1
+	case in.Strategy == ByLoad:
+		return g.Load + loadBaseOf(in)
 	default:
 		return float64(g.Bytes) + float64(in.BaseCost)
 	}
+}
+
+// loadBaseOf is by_load's base as documented on Input.LoadBase, computed
+// here independently of the planner.
+func loadBaseOf(in Input) float64 {
+	if in.LoadBase > 0 {
+		return in.LoadBase
+	}
+	if len(in.Groups) == 0 {
+		return MinLoadBase
+	}
+	var sum float64
+	for _, g := range in.Groups {
+		sum += g.Load
+	}
+	return max(MinLoadBase, DefaultLoadBaseShare*sum/float64(len(in.Groups)))
 }

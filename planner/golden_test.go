@@ -15,10 +15,11 @@ package planner
 //	max_moves 3                  -1 = unlimited
 //	max_per_node 2
 //	base_cost 100MiB
+//	load_base 5                  by_load's base (0: automatic)
 //	drain_only
 //	node <id> <host:port> [capacity=N] [max_cost=N|SIZE] [noshards] [drain]
 //	group <cC:I> node=<id> [size=SIZE] [tables=a,b] [shards=1,2]
-//	      [excluded] [isolate] [pin=1,2] [avoid=3]
+//	      [excluded] [isolate] [pin=1,2] [avoid=3] [load=N]
 //	groups <cC:I-J> node=<id> [...]   one group per index I..J
 //
 // Nodes default to capacity 1 and shouldhaveshards true. A group id cC:I
@@ -115,6 +116,8 @@ func parseLayout(text string) (Input, error) {
 			in.MaxPerNode, err = strconv.Atoi(arg())
 		case "base_cost":
 			in.BaseCost, err = parseSize(arg())
+		case "load_base":
+			in.LoadBase, err = strconv.ParseFloat(arg(), 64)
 		case "drain_only":
 			in.DrainOnly = true
 		case "node":
@@ -206,6 +209,8 @@ func parseGroups(f []string, isRange bool) ([]Group, error) {
 			proto.Tables = strings.Split(v, ",")
 		case "shards":
 			shards, err = parseIDs(v)
+		case "load":
+			proto.Load, err = strconv.ParseFloat(v, 64)
 		case "excluded":
 			proto.Excluded = true
 		case "isolate":

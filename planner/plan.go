@@ -61,6 +61,7 @@ type planner struct {
 	groups []groupState
 	byID   map[int64]int32 // node id -> index; lookups only
 
+	loadBase float64   // ByLoad's base, see setLoadBase
 	steps    []step    // the moves, compactly; see result
 	fromLoad []float64 // load of each move's source just before it
 	skipped  []Skipped
@@ -213,6 +214,7 @@ func (o outcome) result() Result {
 		Threshold:            in.Threshold,
 		ImprovementThreshold: in.ImprovementThreshold,
 		MaxMoves:             in.MaxMoves,
+		LoadBase:             p.loadBase,
 		Average:              o.avg,
 		Lower:                o.lo,
 		Upper:                o.hi,
@@ -275,6 +277,9 @@ func (p *planner) build() error {
 	for i := range in.Groups {
 		p.groups[i].Group = &in.Groups[i]
 	}
+	if err := p.setLoadBase(); err != nil {
+		return err
+	}
 	slices.SortFunc(p.groups, func(a, b groupState) int {
 		return cmp.Or(cmp.Compare(a.ColocationID, b.ColocationID), cmp.Compare(a.Index, b.Index), cmp.Compare(a.ID, b.ID))
 	})
@@ -306,6 +311,8 @@ func (p *planner) build() error {
 			g.cost = in.Cost(*g.Group)
 		case in.Strategy == ByShardCount:
 			g.cost = 1
+		case in.Strategy == ByLoad:
+			g.cost = g.Load + p.loadBase
 		default:
 			g.cost = float64(g.Bytes) + float64(in.BaseCost)
 		}
@@ -335,6 +342,41 @@ func (p *planner) build() error {
 	// through floating point rounding.
 	for i := range p.groups {
 		p.nodes[p.groups[i].node].load += p.groups[i].cost
+	}
+	return nil
+}
+
+// setLoadBase checks every group's Load and sets the base ByLoad adds to
+// it: Input.LoadBase, or when that is 0, DefaultLoadBaseShare of the mean
+// load and at least MinLoadBase. The mean is summed in group order (the
+// groups are sorted), so the base does not depend on the input's order.
+func (p *planner) setLoadBase() error {
+	var sum float64
+	for i := range p.groups {
+		g := &p.groups[i]
+		if !finiteNonNeg(g.Load) {
+			return invalid("shard group %q has load %v; a load is a finite number of 0 or more", g.ID, g.Load)
+		}
+	}
+	if p.in.Strategy != ByLoad {
+		return nil
+	}
+	if p.in.LoadBase > 0 {
+		p.loadBase = p.in.LoadBase
+		return nil
+	}
+	// Sorted order is set later in build; sum in a fixed order here.
+	loads := make([]float64, len(p.groups))
+	for i := range p.groups {
+		loads[i] = p.groups[i].Load
+	}
+	slices.Sort(loads)
+	for _, l := range loads {
+		sum += l
+	}
+	p.loadBase = MinLoadBase
+	if len(loads) > 0 {
+		p.loadBase = max(MinLoadBase, DefaultLoadBaseShare*sum/float64(len(loads)))
 	}
 	return nil
 }
@@ -503,7 +545,9 @@ func (p *planner) snapshot() []NodeUtil {
 		g := &p.groups[i]
 		u := &out[g.node]
 		u.Groups++
+		u.Shards += len(g.ShardIDs)
 		u.Bytes += g.Bytes
+		u.Load += g.Load
 		u.Cost += g.cost
 	}
 	for i := range out {
@@ -519,15 +563,22 @@ func (p *planner) after(before []NodeUtil) []NodeUtil {
 		g := &p.groups[s.g]
 		f, t := &out[s.from], &out[s.to]
 		f.Groups--
+		f.Shards -= len(g.ShardIDs)
 		f.Bytes -= g.Bytes
+		f.Load -= g.Load
 		f.Cost -= g.cost
 		t.Groups++
+		t.Shards += len(g.ShardIDs)
 		t.Bytes += g.Bytes
+		t.Load += g.Load
 		t.Cost += g.cost
 	}
 	for i := range out {
 		if math.Abs(out[i].Cost) < 1e-9 {
 			out[i].Cost = 0
+		}
+		if out[i].Groups == 0 || math.Abs(out[i].Load) < 1e-9 {
+			out[i].Load = 0
 		}
 		out[i].Eligible = p.nodes[i].eligible()
 		out[i].Utilization = reportUtil(out[i].Cost, out[i].Capacity)

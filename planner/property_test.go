@@ -22,6 +22,7 @@ type layoutOpts struct {
 	maxCost    bool     // hard per-node limits
 	maxMoves   bool     // random MaxMoves
 	zeroSizes  bool     // groups with 0 bytes
+	loads      bool     // measured loads: many idle groups, a few hot ones
 }
 
 // randomInput builds a skewed layout: the groups sit on a few "old" nodes,
@@ -106,6 +107,17 @@ func randomInput(r *rand.Rand, o layoutOpts) Input {
 				g.Isolate = true
 			}
 			in.Groups = append(in.Groups, g)
+		}
+	}
+	if o.loads {
+		for i := range in.Groups {
+			switch r.IntN(5) {
+			case 0: // idle
+			case 1: // hot
+				in.Groups[i].Load = math.Round(math.Exp(r.NormFloat64())*1000*100) / 100
+			default:
+				in.Groups[i].Load = math.Round(math.Exp(r.NormFloat64())*20*100) / 100
+			}
 		}
 	}
 	if o.maxCost {

@@ -15,9 +15,11 @@ const barWidth = 20
 
 // Render writes the plan for people: a summary (with, when the nodes'
 // bytes could not be balanced, the group that prevents it), the moves, the
-// skipped moves, and every node's fill before and after with ASCII bars.
-// Fill is shown as a percentage of the average utilization, so 100% is
-// exactly balanced whatever the strategy. The output depends only on r.
+// skipped moves, and for every node a small table of its shard groups,
+// shards, bytes and load (by_load) before and after, with bars of bytes
+// and load against the fullest node, and its fill (utilization as a
+// percentage of the average, so 100% is exactly balanced whatever the
+// strategy). The output depends only on r.
 func (r Result) Render(w io.Writer) error {
 	var b strings.Builder
 	maxMoves := "unlimited"
@@ -27,13 +29,19 @@ func (r Result) Render(w io.Writer) error {
 	fmt.Fprintf(&b, "strategy %s, threshold %s, improvement threshold %s, max moves %s\n",
 		r.Strategy, fnum(r.Threshold), fnum(r.ImprovementThreshold), maxMoves)
 	avg := fnum(r.Average)
-	if r.Strategy == ByDiskSize {
+	switch r.Strategy {
+	case ByDiskSize:
 		avg = units.Bytes(int64(math.Round(r.Average)))
+	case ByLoad:
+		avg = loadRate(r.Average)
 	}
 	fmt.Fprintf(&b, "average %s per unit of capacity; balanced band %s..%s of average\n",
 		avg, r.pct(r.Lower), r.pct(r.Upper))
 	fmt.Fprintf(&b, "%s in %s, %s; balanced: %s; converged: %s\n",
 		plural(len(r.Moves), "move"), plural(r.Waves, "wave"), units.Bytes(r.MovedBytes), yesNo(r.Balanced), yesNo(r.Converged))
+	if r.Strategy == ByLoad {
+		fmt.Fprintf(&b, "load in weighted rows per second; base %s added to every group's load\n", loadRate(r.LoadBase))
+	}
 	if l := r.BytesLimit; l != nil {
 		fmt.Fprintf(&b, "bytes not balanced: %s\n", l.Detail)
 	}
@@ -68,33 +76,93 @@ func (r Result) Render(w io.Writer) error {
 		tw.Flush()
 	}
 
-	b.WriteString("\nnodes (fill = utilization as % of average):\n")
-	scale := 0.0
-	for i := range r.Before {
-		scale = max(scale, r.fill(r.Before[i].Utilization))
-		if i < len(r.After) {
-			scale = max(scale, r.fill(r.After[i].Utilization))
+	r.renderNodes(&b)
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// renderNodes writes, for every node, a small table of what it holds
+// before and after the plan: shard groups, shards, bytes with a bar of the
+// node's bytes against the fullest node's (before or after), load (with
+// by_load, or whenever some load was measured) with the same kind of bar,
+// and fill, the utilization as a percentage of the average.
+func (r Result) renderNodes(b *strings.Builder) {
+	b.WriteString("\nnodes (bars: share of the fullest node; fill: utilization as % of average):\n")
+	var maxBytes int64
+	var maxLoad float64
+	for _, set := range [][]NodeUtil{r.Before, r.After} {
+		for _, u := range set {
+			maxBytes = max(maxBytes, u.Bytes)
+			maxLoad = max(maxLoad, u.Load)
 		}
 	}
-	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "  node\tcapacity\tgroups\tsize\tbefore\t\tafter")
+	showLoad := r.Strategy == ByLoad || maxLoad > 0
+	// Rows of every node, then one column width for all nodes, so the
+	// tables line up down the page.
+	type row struct{ name, before, beforeBar, after, afterBar string }
+	tables := make([][]row, len(r.Before))
+	wb, wa := len("before"), len("after")
 	for i, bu := range r.Before {
 		au := bu
 		if i < len(r.After) {
 			au = r.After[i]
 		}
-		label := nodeLabel(bu.Node, bu.Name)
-		if !au.Eligible {
-			label += " (no balancing)"
+		rows := []row{
+			{"groups", strconv.Itoa(bu.Groups), "", strconv.Itoa(au.Groups), ""},
+			{"shards", strconv.Itoa(bu.Shards), "", strconv.Itoa(au.Shards), ""},
+			{"bytes", units.Bytes(bu.Bytes), share(float64(bu.Bytes), float64(maxBytes)), units.Bytes(au.Bytes), share(float64(au.Bytes), float64(maxBytes))},
 		}
-		fmt.Fprintf(tw, "  %s\t%s\t%d -> %d\t%s -> %s\t%s\t%s\t%s\t%s\n", label, fnum(bu.Capacity),
-			bu.Groups, au.Groups, units.Bytes(bu.Bytes), units.Bytes(au.Bytes),
-			bar(r.fill(bu.Utilization), scale), r.pct(bu.Utilization),
-			bar(r.fill(au.Utilization), scale), r.pct(au.Utilization))
+		if showLoad {
+			rows = append(rows, row{"load", loadRate(bu.Load), share(bu.Load, maxLoad), loadRate(au.Load), share(au.Load, maxLoad)})
+		}
+		rows = append(rows, row{"fill", r.pct(bu.Utilization), "", r.pct(au.Utilization), ""})
+		for _, x := range rows {
+			wb, wa = max(wb, len(x.before)), max(wa, len(x.after))
+		}
+		tables[i] = rows
 	}
-	tw.Flush()
-	_, err := io.WriteString(w, b.String())
-	return err
+	pad := func(s string, w int) string { return s + strings.Repeat(" ", max(0, w-len(s))) }
+	line := func(name, before, beforeBar, after, afterBar string) {
+		l := "    " + pad(name, 8) + pad(before, wb) + "  " + pad(beforeBar, barWidth) + "  " + pad(after, wa) + "  " + afterBar
+		b.WriteString(strings.TrimRight(l, " ") + "\n")
+	}
+	for i, bu := range r.Before {
+		note := ""
+		if i < len(r.After) && !r.After[i].Eligible {
+			note = ", no balancing"
+		}
+		fmt.Fprintf(b, "  %s (capacity %s%s)\n", nodeLabel(bu.Node, bu.Name), fnum(bu.Capacity), note)
+		line("", "before", "", "after", "")
+		for _, x := range tables[i] {
+			if x.beforeBar == "" {
+				x.beforeBar = strings.Repeat(" ", barWidth)
+			}
+			line(x.name, x.before, x.beforeBar, x.after, x.afterBar)
+		}
+	}
+}
+
+// share is a bar of v against the largest value m: full blocks for the
+// share, light shade for the rest.
+func share(v, m float64) string {
+	n := 0
+	if m > 0 {
+		n = int(math.Round(v / m * barWidth))
+	}
+	n = min(max(n, 0), barWidth)
+	return strings.Repeat("█", n) + strings.Repeat("░", barWidth-n)
+}
+
+// loadRate prints a load in weighted rows per second.
+func loadRate(v float64) string {
+	switch {
+	case v == 0:
+		return "0/s"
+	case v >= 100:
+		return strconv.FormatFloat(math.Round(v), 'f', 0, 64) + "/s"
+	default:
+		return strconv.FormatFloat(v, 'f', 1, 64) + "/s"
+	}
 }
 
 func (r Result) fill(u float64) float64 {
@@ -106,15 +174,6 @@ func (r Result) fill(u float64) float64 {
 
 func (r Result) pct(u float64) string {
 	return strconv.FormatFloat(math.Round(r.fill(u)*100), 'f', 0, 64) + "%"
-}
-
-func bar(f, scale float64) string {
-	n := 0
-	if scale > 0 {
-		n = int(math.Round(f / scale * barWidth))
-	}
-	n = min(max(n, 0), barWidth)
-	return "|" + strings.Repeat("#", n) + strings.Repeat(".", barWidth-n) + "|"
 }
 
 func nodeLabel(id int64, name string) string {

@@ -20,9 +20,27 @@ const (
 	// ByDiskSize gives a shard group the bytes of all its shards plus
 	// Input.BaseCost (Citus's by_disk_size).
 	ByDiskSize
+	// ByLoad gives a shard group its measured load (Group.Load, weighted
+	// rows per second) plus a small base (see Input.LoadBase), so that
+	// hot groups spread out even when bytes are even. Citus has no such
+	// strategy.
+	ByLoad
 )
 
-var strategyNames = [...]string{ByShardCount: "by_shard_count", ByDiskSize: "by_disk_size"}
+var strategyNames = [...]string{ByShardCount: "by_shard_count", ByDiskSize: "by_disk_size", ByLoad: "by_load"}
+
+// StrategyNames lists the strategies' names, for messages.
+const StrategyNames = "by_shard_count, by_disk_size, by_load"
+
+// DefaultLoadBaseShare is the share of the mean group load that ByLoad
+// adds to every group's load when Input.LoadBase is 0 (see LoadBase).
+const DefaultLoadBaseShare = 0.1
+
+// MinLoadBase is the smallest automatic ByLoad base, in the unit of
+// Group.Load (weighted rows per second): a group below about one row a
+// second is idle, and measurement noise on an idle cluster must not read as
+// a hot group.
+const MinLoadBase = 1.0
 
 // String returns the strategy's name as the CLI and Citus spell it.
 func (s Strategy) String() string {
@@ -59,7 +77,7 @@ func ParseStrategy(name string) (Strategy, error) {
 			return Strategy(i), nil
 		}
 	}
-	return 0, fmt.Errorf("%w: unknown strategy %q; use one of by_shard_count, by_disk_size", ErrInvalidInput, name)
+	return 0, fmt.Errorf("%w: unknown strategy %q; use one of %s", ErrInvalidInput, name, StrategyNames)
 }
 
 // Reason says why a move is in the plan.
@@ -192,6 +210,11 @@ type Group struct {
 	Tables       []string `json:"tables"`
 	Bytes        int64    `json:"bytes"` // all shards of the group together
 	Node         int64    `json:"node"`  // the node that holds it now
+	// Load is the group's measured activity in weighted rows per second
+	// (shardmover measures written rows with weight 4 and read rows with
+	// weight 1, see metadata.LoadWriteWeight); ByLoad balances it. 0 when
+	// not measured.
+	Load float64 `json:"load,omitempty"`
 	// Excluded groups never move (Citus's excluded_shard_list). They still
 	// count toward their node's utilization.
 	Excluded bool `json:"excluded,omitempty"`
@@ -229,6 +252,12 @@ type Input struct {
 	DrainOnly bool
 	// BaseCost is added to a group's bytes by ByDiskSize.
 	BaseCost int64
+	// LoadBase is added to a group's Load by ByLoad, so that idle groups
+	// still cost something and spread by count. 0 means automatic:
+	// DefaultLoadBaseShare of the mean Load of all groups, and at least
+	// MinLoadBase (so with no load measured at all ByLoad balances group
+	// counts, like ByShardCount). Result.LoadBase reports the base used.
+	LoadBase float64
 	// MaxPerNode is how many moves one node may take part in (as source or
 	// target) within one wave. 0 means 1.
 	MaxPerNode int
@@ -246,13 +275,20 @@ type Input struct {
 
 // DefaultInput returns an Input with Citus's defaults for the strategy:
 // unlimited moves, one move per node per wave, the strategy's threshold and
-// improvement threshold, and the 100 MiB base cost for ByDiskSize.
+// improvement threshold, and the 100 MiB base cost for ByDiskSize. ByLoad
+// takes by_disk_size's thresholds (0.1 and 0.5): measured load is as
+// uneven and as noisy as sizes, and the threshold keeps small differences
+// from causing moves; its base is automatic (LoadBase 0).
 func DefaultInput(s Strategy) Input {
 	in := Input{Strategy: s, MaxMoves: -1, MaxPerNode: 1}
-	if s == ByDiskSize {
+	switch s {
+	case ByDiskSize:
 		in.Threshold = 0.1
 		in.ImprovementThreshold = 0.5
 		in.BaseCost = DefaultBaseCost
+	case ByLoad:
+		in.Threshold = 0.1
+		in.ImprovementThreshold = 0.5
 	}
 	return in
 }
@@ -301,8 +337,12 @@ type NodeUtil struct {
 	// reserved for an isolated group; such nodes are not balanced.
 	Eligible bool    `json:"eligible"`
 	Groups   int     `json:"groups"`
+	Shards   int     `json:"shards"` // shards of those groups
 	Bytes    int64   `json:"bytes"`
-	Cost     float64 `json:"cost"`
+	// Load is the summed Group.Load of the node's groups (without the
+	// ByLoad base); 0 when no load was measured.
+	Load float64 `json:"load"`
+	Cost float64 `json:"cost"`
 	// Utilization is Cost/Capacity. A node of capacity 0 reports its Cost,
 	// as if its capacity were 1, so the value stays finite.
 	Utilization float64 `json:"utilization"`
@@ -321,6 +361,9 @@ type Result struct {
 	Threshold            float64  `json:"threshold"`
 	ImprovementThreshold float64  `json:"improvement_threshold"`
 	MaxMoves             int      `json:"max_moves"`
+	// LoadBase is the base ByLoad added to every group's load (see
+	// Input.LoadBase); 0 for other strategies.
+	LoadBase float64 `json:"load_base,omitempty"`
 	// Average utilization of the eligible nodes, and the band
 	// [Lower, Upper] = (1 ± Threshold) × Average that counts as balanced.
 	Average float64 `json:"average"`

@@ -18,8 +18,8 @@ func finiteNonNeg(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) &
 
 // validateOptions checks the scalar options of in.
 func validateOptions(in *Input) error {
-	if in.Strategy != ByShardCount && in.Strategy != ByDiskSize {
-		return invalid("unknown strategy %d; use one of by_shard_count, by_disk_size", int(in.Strategy))
+	if in.Strategy != ByShardCount && in.Strategy != ByDiskSize && in.Strategy != ByLoad {
+		return invalid("unknown strategy %d; use one of %s", int(in.Strategy), StrategyNames)
 	}
 	if !finiteNonNeg(in.Threshold) {
 		return invalid("threshold %v is not a finite number of 0 or more; use e.g. 0.1", in.Threshold)
@@ -32,6 +32,9 @@ func validateOptions(in *Input) error {
 	}
 	if in.MaxPerNode < 0 {
 		return invalid("max moves per node %d is negative; use 1 or more (0 means 1)", in.MaxPerNode)
+	}
+	if !finiteNonNeg(in.LoadBase) {
+		return invalid("load base %v is not a finite number of 0 or more; use 0 for the automatic base", in.LoadBase)
 	}
 	if in.BaseCost < 0 {
 		return invalid("base cost %d is negative; use 0 or more bytes", in.BaseCost)
