@@ -335,10 +335,10 @@ type NodeUtil struct {
 	Capacity float64 `json:"capacity"`
 	// Eligible is false for a node that may not hold shards or that is
 	// reserved for an isolated group; such nodes are not balanced.
-	Eligible bool    `json:"eligible"`
-	Groups   int     `json:"groups"`
-	Shards   int     `json:"shards"` // shards of those groups
-	Bytes    int64   `json:"bytes"`
+	Eligible bool  `json:"eligible"`
+	Groups   int   `json:"groups"`
+	Shards   int   `json:"shards"` // shards of those groups
+	Bytes    int64 `json:"bytes"`
 	// Load is the summed Group.Load of the node's groups (without the
 	// ByLoad base); 0 when no load was measured.
 	Load float64 `json:"load"`
