@@ -10,6 +10,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/shardmover/shardmover/internal/units"
+	"github.com/shardmover/shardmover/mover"
 	"go.uber.org/zap"
 )
 
@@ -101,3 +103,117 @@ func (p *progress) finish() {
 		fmt.Fprintln(p.w)
 	}
 }
+
+// moveDisplay shows live progress of moves: one redrawn line per move on a
+// terminal, a log line every few seconds otherwise.
+type moveDisplay struct {
+	mu    sync.Mutex
+	w     *os.File
+	tty   bool
+	last  map[int64]mover.Progress
+	start map[int64]time.Time
+	lines int
+	shown time.Time
+}
+
+func newMoveDisplay(w *os.File) *moveDisplay {
+	return &moveDisplay{w: w, tty: isTerminal(w), last: map[int64]mover.Progress{}, start: map[int64]time.Time{}}
+}
+
+func (d *moveDisplay) update(p mover.Progress) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if _, ok := d.start[p.MoveID]; !ok {
+		d.start[p.MoveID] = time.Now()
+	}
+	prev := d.last[p.MoveID]
+	d.last[p.MoveID] = p
+	phaseChanged := prev.Phase != p.Phase
+	if !phaseChanged && time.Since(d.shown) < 500*time.Millisecond && d.tty {
+		return
+	}
+	if !d.tty && !phaseChanged && time.Since(d.shown) < 5*time.Second {
+		return
+	}
+	d.shown = time.Now()
+	if !d.tty {
+		fmt.Fprintln(d.w, d.line(p.MoveID))
+		return
+	}
+	if d.lines > 0 {
+		fmt.Fprintf(d.w, "\033[%dA", d.lines)
+	}
+	d.lines = 0
+	ids := sortedIDs(d.last)
+	done := 0
+	for _, id := range ids {
+		if d.last[id].Phase.Terminal() {
+			done++
+		}
+		fmt.Fprint(d.w, d.line(id)+"\033[K\n")
+		d.lines++
+	}
+	if len(ids) > 1 {
+		frac := float64(done) / float64(len(ids))
+		eta := ""
+		if done > 0 && done < len(ids) {
+			var first time.Time
+			for _, t := range d.start {
+				if first.IsZero() || t.Before(first) {
+					first = t
+				}
+			}
+			per := time.Since(first) / time.Duration(done)
+			eta = " eta " + (per * time.Duration(len(ids)-done)).Round(time.Second).String()
+		}
+		fmt.Fprintf(d.w, "overall %s %d/%d moves ended%s\033[K\n", bar(frac, 30), done, len(ids), eta)
+		d.lines++
+	}
+}
+
+func (d *moveDisplay) line(id int64) string {
+	p := d.last[id]
+	el := time.Since(d.start[id]).Seconds()
+	s := fmt.Sprintf("%s move %d %-11s", time.Now().Format(time.TimeOnly), id, p.Phase)
+	switch {
+	case p.Phase == mover.Copying && p.BytesTotal > 0:
+		frac := float64(p.BytesDone) / float64(p.BytesTotal)
+		rate := float64(p.BytesDone) / max(el, 0.001)
+		s += fmt.Sprintf(" %s %3.0f%% %s/%s %s/s", bar(frac, 20), frac*100, units.Bytes(p.BytesDone), units.Bytes(p.BytesTotal), units.Bytes(int64(rate)))
+		if rate > 0 {
+			eta := time.Duration(float64(p.BytesTotal-p.BytesDone)/rate) * time.Second
+			s += fmt.Sprintf(" eta %s", eta.Round(time.Second))
+		}
+	case p.BytesDone > 0:
+		s += fmt.Sprintf(" copied %s", units.Bytes(p.BytesDone))
+	}
+	if p.Phase == mover.CatchingUp || p.Phase == mover.Cutover {
+		s += fmt.Sprintf(" lag %s %s", units.Bytes(int64(p.LagBytes)), p.Lag.Round(time.Millisecond))
+	}
+	return s
+}
+
+func sortedIDs(m map[int64]mover.Progress) []int64 {
+	ids := make([]int64, 0, len(m))
+	for id := range m {
+		ids = append(ids, id)
+	}
+	for i := 1; i < len(ids); i++ {
+		for j := i; j > 0 && ids[j] < ids[j-1]; j-- {
+			ids[j], ids[j-1] = ids[j-1], ids[j]
+		}
+	}
+	return ids
+}
+
+// citusHelp ends the --help of every command that moves shards.
+const citusHelp = `
+
+On a Citus cluster (12 or later) the move cooperates with Citus: Citus keeps routing every
+query, the placements flip on the coordinator and on every worker with metadata in one
+two-phase commit, and Citus's own deferred cleanup drops the old shards. shardmover refuses
+to start while Citus itself rebalances or moves shards. Citus offers no lock a client can
+take to make its own moves wait, so do not start citus_rebalance_start,
+citus_move_shard_placement or citus_rebalance_table_shards while shardmover moves: Citus's
+move would win and shardmover's move of that group would fail, leaving the group where
+Citus put it.`
