@@ -2,9 +2,12 @@ package metadata
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
+	"slices"
 	"sort"
 )
 
@@ -30,16 +33,20 @@ type Status struct {
 
 // StatusNode is one node with what it holds.
 type StatusNode struct {
-	ID               int32   `json:"id"`
-	GroupID          int32   `json:"group_id"`
-	Addr             string  `json:"addr"`
-	Role             string  `json:"role"` // "coordinator" or "worker"
-	IsActive         bool    `json:"is_active"`
-	ShouldHaveShards bool    `json:"should_have_shards"`
-	Capacity         float64 `json:"capacity"` // relative; 1 unless set
-	ShardGroups      int     `json:"shard_groups"`
-	Shards           int     `json:"shards"`
-	Bytes            int64   `json:"bytes"`
+	ID               int32  `json:"id"`
+	GroupID          int32  `json:"group_id"`
+	Addr             string `json:"addr"`
+	Role             string `json:"role"` // "coordinator" or "worker"
+	IsActive         bool   `json:"is_active"`
+	ShouldHaveShards bool   `json:"should_have_shards"`
+	// Capacity is the node's relative capacity as the planner uses it: on
+	// compat 1 (the catalogs store none), on Citus what the default
+	// rebalance strategy's node_capacity_function gives (see
+	// Catalog.ClusterStatus). 0 means no shards on the node.
+	Capacity    float64 `json:"capacity"`
+	ShardGroups int     `json:"shard_groups"`
+	Shards      int     `json:"shards"`
+	Bytes       int64   `json:"bytes"`
 }
 
 // StatusTable is one distributed table.
@@ -61,6 +68,11 @@ type StatusGroup struct {
 	NodeID       int32    `json:"node_id"`
 	Bytes        int64    `json:"bytes"`
 	SizeKnown    bool     `json:"size_known"`
+	// Load is the group's measured load in weighted rows per second
+	// (MeasureLoad), present only when it was measured: by `plan`,
+	// `rebalance`, `drain` and the daemon with --strategy by_load, never
+	// by `status`. A snapshot file may carry it for what-if planning.
+	Load float64 `json:"load,omitempty"`
 }
 
 // StatusSlot is one shardmover_* replication slot on a node and the WAL it
@@ -111,6 +123,49 @@ func (c *Cluster) Status(coordinator string) Status {
 			st.Nodes[i].ShardGroups++
 			st.Nodes[i].Shards += len(g.ShardIDs)
 			st.Nodes[i].Bytes += g.Bytes
+		}
+	}
+	return st
+}
+
+// ClusterStatus is cl.Status with every node's real capacity: on compat
+// 1 for every node (the catalogs hold no capacity; a node that must not
+// hold shards says so in should_have_shards, which the planner reads
+// too); on Citus the capacity the cluster's default rebalance strategy's
+// node_capacity_function gives the node (1 for citus_node_capacity_1,
+// without a call; a negative value reads as 0), which is what `plan` with
+// no --strategy uses. When the strategy cannot be read or its function
+// fails, every node keeps 1 and a warning says why.
+func (c *Catalog) ClusterStatus(ctx context.Context, cl *Cluster) Status {
+	st := cl.Status(c.CoordinatorAddr())
+	if c.flavor != Citus || len(st.Nodes) == 0 {
+		return st
+	}
+	s, err := c.CitusDefaultStrategy(ctx)
+	if err != nil || s == nil {
+		st.Warnings = append(slices.Clone(st.Warnings), fmt.Sprintf("node capacities unknown (Citus's default rebalance strategy cannot be read: %v); each is written as 1", err))
+		return st
+	}
+	if slices.Equal(s.Capacity, CitusCapacityOne) {
+		return st
+	}
+	ids := make([]int32, len(st.Nodes))
+	for i, n := range st.Nodes {
+		ids[i] = n.ID
+	}
+	caps, err := c.CitusNodeCapacities(ctx, s, ids)
+	if err != nil {
+		st.Warnings = append(slices.Clone(st.Warnings), fmt.Sprintf("node capacities unknown (%v); each is written as 1", err))
+		return st
+	}
+	for i := range st.Nodes {
+		v, ok := caps[st.Nodes[i].ID]
+		switch {
+		case !ok:
+		case math.IsNaN(v) || math.IsInf(v, 0):
+			st.Warnings = append(slices.Clone(st.Warnings), fmt.Sprintf("%s: the capacity function gave %v; written as 1", st.Nodes[i], v))
+		default:
+			st.Nodes[i].Capacity = max(v, 0)
 		}
 	}
 	return st
@@ -172,6 +227,9 @@ func ReadStatus(r io.Reader) (Status, error) {
 		seen[g.ID] = true
 		if !ids[g.NodeID] {
 			return st, invalidf("shard group %s is on node %d, which the snapshot does not list", g.ID, g.NodeID)
+		}
+		if g.Load < 0 {
+			return st, invalidf("the snapshot gives shard group %s a negative load; a load is 0 or more rows per second", g.ID)
 		}
 	}
 	sort.SliceStable(st.ShardGroups, func(i, j int) bool {

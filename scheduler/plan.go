@@ -1,10 +1,12 @@
 package scheduler
 
 import (
+	"context"
 	"math"
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/shardmover/shardmover/metadata"
 	"github.com/shardmover/shardmover/planner"
@@ -12,10 +14,13 @@ import (
 
 // PlanOptions are the operator's planning choices, as the CLI takes them.
 type PlanOptions struct {
-	// Strategy is by_disk_size or by_shard_count; empty means the
-	// cluster's own (on Citus its default rebalance strategy, applied by
-	// ApplyClusterStrategy; else by_disk_size).
+	// Strategy is by_disk_size, by_shard_count or by_load; empty means
+	// the cluster's own (on Citus its default rebalance strategy, applied
+	// by ApplyClusterStrategy; else by_disk_size).
 	Strategy string
+	// LoadWindow is how long by_load watches the nodes' statistics
+	// (LiveStatus); it must be positive with by_load.
+	LoadWindow time.Duration
 	// Threshold and ImprovementThreshold are nil for the strategy's default.
 	Threshold            *float64
 	ImprovementThreshold *float64
@@ -50,7 +55,7 @@ type PlanOptions struct {
 // MiB base cost, threshold 0.1): equal shard counts can still leave one
 // node with most of the data.
 func DefaultPlanOptions() PlanOptions {
-	return PlanOptions{MaxMoves: 1000000, MaxPerNode: 1}
+	return PlanOptions{MaxMoves: 1000000, MaxPerNode: 1, LoadWindow: metadata.DefaultLoadWindow}
 }
 
 // BuildInput turns a cluster status (live or from a snapshot file) and the
@@ -63,7 +68,10 @@ func BuildInput(st metadata.Status, o PlanOptions) (planner.Input, error) {
 	}
 	strategy, err := planner.ParseStrategy(name)
 	if err != nil {
-		return planner.Input{}, invalidf("--strategy %q does not exist; use by_shard_count or by_disk_size", o.Strategy)
+		return planner.Input{}, invalidf("--strategy %q does not exist; use one of %s", o.Strategy, planner.StrategyNames)
+	}
+	if strategy == planner.ByLoad && o.LoadWindow <= 0 {
+		return planner.Input{}, invalidf("--load-window must be a positive duration such as 30s, got %s", o.LoadWindow)
 	}
 	in := planner.DefaultInput(strategy)
 	if o.Threshold != nil {
@@ -107,10 +115,17 @@ func BuildInput(st metadata.Status, o PlanOptions) (planner.Input, error) {
 		}
 		// Capacity is taken as written: 0 means the node may hold no shards
 		// (status-schema.md), like shouldhaveshards = false. The live status
-		// and `status -o json` write 1 unless a capacity was set.
+		// and `status -o json` write the real capacity (1 on compat; on
+		// Citus the default strategy's capacity function).
 		capacity := n.Capacity
 		if math.IsNaN(capacity) || math.IsInf(capacity, 0) || capacity < 0 {
 			return in, invalidf("%s has capacity %v; a capacity is a number of 0 or more (0: no shards on the node)", n, n.Capacity)
+		}
+		if st.Flavor == metadata.Citus && o.Strategy != "" {
+			// A named strategy ignores Citus's strategy catalog, capacity
+			// function included: Citus's built-in strategies weigh every
+			// node 1 (citus_node_capacity_1).
+			capacity = 1
 		}
 		if !n.IsActive {
 			inactive[int64(n.ID)] = true
@@ -190,7 +205,7 @@ func BuildInput(st metadata.Status, o PlanOptions) (planner.Input, error) {
 	for _, g := range st.ShardGroups {
 		in.Groups = append(in.Groups, planner.Group{
 			ID: g.ID, ColocationID: int64(g.ColocationID), Index: g.Index, ShardIDs: g.ShardIDs, Tables: g.Tables,
-			Bytes: g.Bytes, Node: int64(g.NodeID),
+			Bytes: g.Bytes, Node: int64(g.NodeID), Load: g.Load,
 			// A group on an inactive node cannot be copied from.
 			Excluded: excluded[g.ID] || inactive[int64(g.NodeID)],
 		})
@@ -207,6 +222,28 @@ func BuildInput(st metadata.Status, o PlanOptions) (planner.Input, error) {
 		}
 	}
 	return in, nil
+}
+
+// LiveStatus is the status of the live cluster that planning reads: cl
+// with every node's real capacity (metadata.Catalog.ClusterStatus) and,
+// with --strategy by_load, every shard group's load measured over
+// o.LoadWindow (metadata.Catalog.MeasureLoad: the nodes' statistics read at
+// the start and the end of the window), its warnings added to the status.
+// It waits for the window.
+func LiveStatus(ctx context.Context, cat *metadata.Catalog, cl *metadata.Cluster, o PlanOptions) (metadata.Status, error) {
+	st := cat.ClusterStatus(ctx, cl)
+	if s, err := planner.ParseStrategy(o.Strategy); err != nil || s != planner.ByLoad {
+		return st, nil
+	}
+	loads, warns, err := cat.MeasureLoad(ctx, cl, o.LoadWindow)
+	if err != nil {
+		return st, err
+	}
+	for i := range st.ShardGroups {
+		st.ShardGroups[i].Load = loads[st.ShardGroups[i].ID]
+	}
+	st.Warnings = append(append([]string{}, st.Warnings...), warns...)
+	return st, nil
 }
 
 // ParseCapacity reads "host:port=2" into the map.

@@ -60,7 +60,11 @@ func (r *Runner) Plan(ctx context.Context, o PlanOptions) (planner.Result, error
 	if err != nil {
 		return planner.Result{}, err
 	}
-	in, err := BuildInput(cl.Status(r.cat.CoordinatorAddr()), o)
+	st, err := LiveStatus(ctx, r.cat, cl, o)
+	if err != nil {
+		return planner.Result{}, err
+	}
+	in, err := BuildInput(st, o)
 	if err != nil {
 		return planner.Result{}, err
 	}

@@ -134,7 +134,7 @@ func newStatusCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			st := cl.Status(cat.CoordinatorAddr())
+			st := cat.ClusterStatus(ctx, cl)
 			slots, warns := mover.RetainedWAL(ctx, cat, cl.Nodes)
 			st.Slots = slots
 			st.Warnings = append(append([]string{}, st.Warnings...), warns...)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"math"
 	"os"
 
@@ -41,10 +42,13 @@ func newPlanCmd(g *globals) *cobra.Command {
 			if err := rules.apply(&opts); err != nil {
 				return err
 			}
+			if err := checkLoadWindowFlag(cmd, opts.Strategy); err != nil {
+				return err
+			}
 			if err := checkPlanFlags(opts); err != nil {
 				return err
 			}
-			st, cat, err := loadStatus(cmd, g, snapshot)
+			st, cat, err := loadStatus(cmd, g, snapshot, opts)
 			if err != nil {
 				return err
 			}
@@ -71,7 +75,8 @@ func newPlanCmd(g *globals) *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&opts.Strategy, "strategy", opts.Strategy, "by_disk_size or by_shard_count (default: on Citus the cluster's default rebalance strategy from its strategy catalog, else by_disk_size as in Citus 12+)")
+	f.StringVar(&opts.Strategy, "strategy", opts.Strategy, strategyHelp)
+	f.DurationVar(&opts.LoadWindow, "load-window", opts.LoadWindow, loadWindowHelp)
 	f.Float64Var(&threshold, "threshold", 0, "balanced when every node is within (1 ± threshold) × average (default: the strategy's)")
 	f.Float64Var(&improvement, "improvement-threshold", 0, "skip moves whose balance gain is small for their size (default: the strategy's)")
 	baseCost.register(cmd)
@@ -114,10 +119,13 @@ func checkPlanFlags(opts scheduler.PlanOptions) error {
 	return err
 }
 
-// loadStatus reads the cluster status from a snapshot file or the live cluster.
 // loadStatus reads the snapshot file, or the live cluster; then it also
 // returns the open catalog (the caller closes it), nil for a file.
-func loadStatus(cmd *cobra.Command, g *globals, file string) (metadata.Status, *metadata.Catalog, error) {
+//
+// With --strategy by_load the live status carries every group's load,
+// measured over --load-window (scheduler.LiveStatus); a snapshot file
+// carries the loads it was written with, if any.
+func loadStatus(cmd *cobra.Command, g *globals, file string, opts scheduler.PlanOptions) (metadata.Status, *metadata.Catalog, error) {
 	if file != "" {
 		f, err := os.Open(file)
 		if err != nil {
@@ -137,7 +145,37 @@ func loadStatus(cmd *cobra.Command, g *globals, file string) (metadata.Status, *
 		cat.Close()
 		return metadata.Status{}, nil, err
 	}
-	return cl.Status(cat.CoordinatorAddr()), cat, nil
+	if isByLoad(opts.Strategy) {
+		fmt.Fprintf(cmd.ErrOrStderr(), "measuring load for %s (--load-window)...\n", opts.LoadWindow)
+	}
+	st, err := scheduler.LiveStatus(ctx, cat, cl, opts)
+	if err != nil {
+		cat.Close()
+		return metadata.Status{}, nil, err
+	}
+	return st, cat, nil
+}
+
+// isByLoad reports whether the --strategy value names by_load.
+func isByLoad(strategy string) bool {
+	s, err := planner.ParseStrategy(strategy)
+	return err == nil && s == planner.ByLoad
+}
+
+// strategyHelp is the --strategy flag's help of plan, rebalance, drain and
+// the daemon.
+const strategyHelp = "by_disk_size, by_shard_count or by_load (measured reads and writes per shard group, see --load-window) (default: on Citus the cluster's default rebalance strategy from its strategy catalog, else by_disk_size as in Citus 12+)"
+
+// loadWindowHelp is the --load-window flag's help.
+const loadWindowHelp = "with --strategy by_load: how long to watch the nodes' table statistics (pg_stat_user_tables) before planning; a group's load is (4 × written rows + read rows) per second over it"
+
+// checkLoadWindowFlag refuses --load-window without --strategy by_load,
+// where it would do nothing. Its value is checked by scheduler.BuildInput.
+func checkLoadWindowFlag(cmd *cobra.Command, strategy string) error {
+	if cmd.Flags().Changed("load-window") && !isByLoad(strategy) {
+		return usagef("--load-window applies only to --strategy by_load; add --strategy by_load or drop --load-window")
+	}
+	return nil
 }
 
 // ruleFlags are the placement-rule flags of plan, rebalance, drain and the

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -266,4 +267,128 @@ func TestPlanRulesBadInput(t *testing.T) {
 		assert.Equal(t, 2, code, "%v: %s", tc.args, msg)
 		assert.Contains(t, msg, tc.want, tc.args)
 	}
+}
+
+// writeLoadSnapshot writes writeSnapshot's layout with measured loads: the
+// two hottest groups both on 10.0.0.2, bytes even between the workers.
+func writeLoadSnapshot(t *testing.T) string {
+	var st metadata.Status
+	require.NoError(t, json.Unmarshal(mustRead(t, writeSnapshot(t)), &st))
+	for i := range st.ShardGroups {
+		g := &st.ShardGroups[i]
+		g.Bytes = 8 << 20
+		g.Load = 2
+		switch g.ID {
+		case "1:0", "1:2":
+			g.Load = 500
+		}
+	}
+	p := filepath.Join(t.TempDir(), "load.json")
+	b, err := json.Marshal(st)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(p, b, 0o644))
+	return p
+}
+
+// plan --strategy by_load on a snapshot with loads: the JSON result has
+// every node's bytes, shards and load before and after, the hot groups are
+// moved apart, and the text output shows each node's small table with bars.
+func TestPlanByLoadNodeTable(t *testing.T) {
+	snap := writeLoadSnapshot(t)
+	out, msg, code := run(t, "plan", "--snapshot", snap, "--strategy", "by_load", "-o", "json")
+	require.Equal(t, 0, code, msg)
+	type nodeUtil struct {
+		Name   string  `json:"name"`
+		Groups int     `json:"groups"`
+		Shards int     `json:"shards"`
+		Bytes  int64   `json:"bytes"`
+		Load   float64 `json:"load"`
+	}
+	var res struct {
+		Strategy string     `json:"strategy"`
+		LoadBase float64    `json:"load_base"`
+		Balanced bool       `json:"balanced"`
+		Before   []nodeUtil `json:"before"`
+		After    []nodeUtil `json:"after"`
+		Moves    []struct {
+			GroupID string `json:"group_id"`
+			ToName  string `json:"to_name"`
+		} `json:"moves"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &res))
+	assert.Equal(t, "by_load", res.Strategy)
+	assert.True(t, res.Balanced)
+	require.Len(t, res.Before, 2, "the coordinator holds nothing and is left out")
+	assert.Equal(t, nodeUtil{Name: "10.0.0.2:5432", Groups: 8, Shards: 8, Bytes: 64 << 20, Load: 1012}, res.Before[0])
+	assert.Equal(t, nodeUtil{Name: "10.0.0.3:5432", Groups: 8, Shards: 8, Bytes: 64 << 20, Load: 16}, res.Before[1])
+	require.NotEmpty(t, res.Moves, "the hot groups share a node: by_load moves one")
+	assert.InDelta(t, res.After[0].Load, res.After[1].Load, 0.25*(res.After[0].Load+res.After[1].Load)/2)
+	assert.InDelta(t, 1028, res.After[0].Load+res.After[1].Load, 1e-9, "load is moved, never lost")
+
+	// by_disk_size sees even bytes and moves nothing.
+	out, msg, code = run(t, "plan", "--snapshot", snap, "-o", "json")
+	require.Equal(t, 0, code, msg)
+	require.NoError(t, json.Unmarshal([]byte(out), &res))
+	assert.Empty(t, res.Moves)
+
+	text, msg, code := run(t, "plan", "--snapshot", snap, "--strategy", "by_load")
+	require.Equal(t, 0, code, msg)
+	again, _, _ := run(t, "plan", "--snapshot", snap, "--strategy", "by_load")
+	assert.Equal(t, text, again, "the output is deterministic")
+	_, nodes, found := strings.Cut(text, "\nnodes (bars: share of the fullest node; fill: utilization as % of average):\n")
+	require.True(t, found, text)
+	lines := strings.Split(strings.TrimRight(nodes, "\n"), "\n")
+	require.Len(t, lines, 14, nodes)
+	assert.Equal(t, "  10.0.0.2:5432 (capacity 1)", lines[0])
+	assert.Equal(t, []string{"before", "after"}, strings.Fields(lines[1]))
+	assert.Equal(t, []string{"groups", "8"}, strings.Fields(lines[2])[:2])
+	assert.Equal(t, []string{"shards", "8"}, strings.Fields(lines[3])[:2])
+	bytesRow := strings.Fields(lines[4])
+	assert.Equal(t, []string{"bytes", "64.0", "MiB", strings.Repeat("█", 20)}, bytesRow[:4], "the fullest node's bar is full")
+	loadRow := strings.Fields(lines[5])
+	assert.Equal(t, []string{"load", "1012/s", strings.Repeat("█", 20)}, loadRow[:3])
+	assert.Equal(t, "fill", strings.Fields(lines[6])[0])
+	loadRow = strings.Fields(lines[12])
+	require.Equal(t, "load", loadRow[0])
+	assert.Equal(t, "16.0/s", loadRow[1])
+	assert.Equal(t, "░░░░░░░░░░░░░░░░░░░░", loadRow[2], "16/s against 1012/s rounds to no block")
+	assert.Contains(t, text, "load in weighted rows per second; base")
+}
+
+// --load-window is checked before anything connects: a positive duration,
+// and only with --strategy by_load; a negative load in a snapshot is
+// refused.
+func TestPlanLoadWindowBadInput(t *testing.T) {
+	snap := writeSnapshot(t)
+	cases := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"plan", "--snapshot", snap, "--strategy", "by_load", "--load-window", "0s"}, "--load-window must be a positive duration such as 30s, got 0s"},
+		{[]string{"plan", "--snapshot", snap, "--strategy", "by_load", "--load-window", "-5s"}, "--load-window must be a positive duration such as 30s, got -5s"},
+		{[]string{"plan", "--snapshot", snap, "--strategy", "by_load", "--load-window", "soon"}, `--load-window "soon" is not a duration`},
+		{[]string{"plan", "--snapshot", snap, "--load-window", "10s"}, "--load-window applies only to --strategy by_load"},
+		{[]string{"plan", "--snapshot", snap, "--strategy", "by_heat"}, `--strategy "by_heat" does not exist; use one of by_shard_count, by_disk_size, by_load`},
+		{[]string{"rebalance", "--strategy", "by_load", "--load-window", "0s"}, "--load-window must be a positive duration"},
+		{[]string{"rebalance", "--strategy", "by_disk_size", "--load-window", "1m"}, "--load-window applies only to --strategy by_load"},
+		{[]string{"drain", "--node", "10.0.0.2:5432", "--strategy", "by_load", "--load-window", "-1s"}, "--load-window must be a positive duration"},
+		{[]string{"daemon", "--strategy", "by_load", "--load-window", "0s"}, "--load-window must be a positive duration"},
+	}
+	for _, tc := range cases {
+		out, msg, code := run(t, tc.args...)
+		assert.Equal(t, 2, code, "%v: %s", tc.args, msg)
+		assert.Contains(t, msg, tc.want, tc.args)
+		assert.Empty(t, out, tc.args)
+		assert.Equal(t, 1, strings.Count(strings.TrimSpace(msg), "\n")+1, "one sentence: %q", msg)
+	}
+
+	var doc map[string]any
+	require.NoError(t, json.Unmarshal(mustRead(t, snap), &doc))
+	doc["shard_groups"].([]any)[3].(map[string]any)["load"] = -4
+	neg := filepath.Join(t.TempDir(), "neg.json")
+	b, _ := json.Marshal(doc)
+	require.NoError(t, os.WriteFile(neg, b, 0o644))
+	_, msg, code := run(t, "plan", "--snapshot", neg, "--strategy", "by_load")
+	assert.Equal(t, 2, code, msg)
+	assert.Contains(t, msg, "the snapshot gives shard group 1:3 a negative load")
 }

@@ -33,8 +33,9 @@ func (f *jobFlags) register(cmd *cobra.Command, withPlan bool) {
 	f.plan = scheduler.DefaultPlanOptions()
 	f.limits = mover.DefaultLimits()
 	fl := cmd.Flags()
+	fl.StringVar(&f.plan.Strategy, "strategy", f.plan.Strategy, strategyHelp)
+	fl.DurationVar(&f.plan.LoadWindow, "load-window", f.plan.LoadWindow, loadWindowHelp)
 	if withPlan {
-		fl.StringVar(&f.plan.Strategy, "strategy", f.plan.Strategy, "by_disk_size or by_shard_count (default: on Citus the cluster's default rebalance strategy from its strategy catalog, else by_disk_size as in Citus 12+)")
 		fl.Float64Var(&f.threshold, "threshold", 0, "balanced when every node is within (1 ± threshold) × average (default: the strategy's)")
 		fl.Float64Var(&f.improvement, "improvement-threshold", 0, "skip moves whose gain is small for their size (default: the strategy's)")
 		f.baseCost.register(cmd)
@@ -51,6 +52,9 @@ func (f *jobFlags) resolve(cmd *cobra.Command) error {
 		return err
 	}
 	f.plan.MaxPerNode = f.limits.PerNode
+	if err := checkLoadWindowFlag(cmd, f.plan.Strategy); err != nil {
+		return err
+	}
 	if cmd.Flags().Changed("threshold") {
 		f.plan.Threshold = &f.threshold
 	}
