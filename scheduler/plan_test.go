@@ -1,6 +1,9 @@
 package scheduler_test
 
 import (
+	"bytes"
+	"encoding/json"
+	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -37,4 +40,44 @@ func TestBuildInputCapacityZero(t *testing.T) {
 	_, err = scheduler.BuildInput(st, scheduler.DefaultPlanOptions())
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "10.0.0.3:5432")
+}
+
+// TestStatusRoundTripByLoad: a status with capacities and measured loads,
+// written as JSON and read back with metadata.ReadStatus (what `plan
+// --snapshot` does), plans exactly as the status it came from.
+func TestStatusRoundTripByLoad(t *testing.T) {
+	st := metadata.Status{SchemaVersion: 1, Flavor: metadata.Compat, Coordinator: "10.0.0.1:5432",
+		Nodes: []metadata.StatusNode{
+			{ID: 1, GroupID: 0, Addr: "10.0.0.1:5432", Role: "coordinator", IsActive: true, Capacity: 1},
+			{ID: 2, GroupID: 1, Addr: "10.0.0.2:5432", Role: "worker", IsActive: true, ShouldHaveShards: true, Capacity: 1},
+			{ID: 3, GroupID: 2, Addr: "10.0.0.3:5432", Role: "worker", IsActive: true, ShouldHaveShards: true, Capacity: 2},
+			{ID: 4, GroupID: 3, Addr: "10.0.0.4:5432", Role: "worker", IsActive: true, ShouldHaveShards: false, Capacity: 1},
+		}}
+	for i := range 12 {
+		st.ShardGroups = append(st.ShardGroups, metadata.StatusGroup{ID: fmt.Sprintf("1:%d", i), ColocationID: 1, Index: i,
+			ShardIDs: []int64{int64(100 + i)}, Tables: []string{"t"}, NodeID: int32(2 + i%3), Bytes: int64(i+1) << 20, SizeKnown: true,
+			Load: float64((i * 37) % 11 * 13)})
+	}
+	o := scheduler.DefaultPlanOptions()
+	o.Strategy = "by_load"
+	in, err := scheduler.BuildInput(st, o)
+	require.NoError(t, err)
+	want, err := planner.Plan(in)
+	require.NoError(t, err)
+	require.NotEmpty(t, want.Moves)
+
+	b, err := json.Marshal(st)
+	require.NoError(t, err)
+	back, err := metadata.ReadStatus(bytes.NewReader(b))
+	require.NoError(t, err)
+	in, err = scheduler.BuildInput(back, o)
+	require.NoError(t, err)
+	got, err := planner.Plan(in)
+	require.NoError(t, err)
+	assert.Equal(t, want, got)
+
+	o.LoadWindow = 0
+	_, err = scheduler.BuildInput(st, o)
+	require.ErrorIs(t, err, metadata.ErrInvalid)
+	assert.Equal(t, "--load-window must be a positive duration such as 30s, got 0s", err.Error())
 }
