@@ -75,7 +75,17 @@
 // # Costs and capacity
 //
 // ByShardCount gives every group cost 1; ByDiskSize gives it its bytes plus
-// BaseCost (100 MiB by default, so empty groups count). Input.Cost and
+// BaseCost (100 MiB by default, so empty groups count). ByLoad gives it its
+// measured Group.Load (weighted rows per second; the scheduler measures it
+// from the nodes' pg_stat_user_tables, a written row weighing 4 and a read
+// row 1) plus a base: Input.LoadBase, or by default 10% of the mean load
+// of all groups and at least 1 (MinLoadBase), so idle groups still cost
+// something and spread by count (with no load measured at all, ByLoad
+// balances counts like ByShardCount), while measurement noise on an idle
+// cluster cannot make a group look hot. ByLoad takes ByDiskSize's
+// thresholds (0.1, improvement 0.5). The byte band of the repair pass is
+// ByDiskSize's alone; the colocation spread applies to every strategy.
+// Input.Cost and
 // Input.Capacity replace them, like Citus's rebalance strategy catalog
 // functions. Capacity is a relative weight; Node.MaxCost, when set, is a
 // hard ceiling in cost units that no move crosses.
@@ -84,5 +94,10 @@
 //
 // Result is plain data with snake_case JSON tags and enums that marshal as
 // their names; it is the documented schema of `shardmover plan -o json`.
-// Result.Render writes the same plan for people.
+// Before and After give every node's groups, shards, bytes, load, cost and
+// utilization; Result.LoadBase the base ByLoad used. Result.Render writes
+// the same plan for people, with a small before/after table per node
+// (groups, shards, bytes and, with ByLoad or any measured load, load; bars
+// of bytes and load against the fullest node; fill as a percentage of the
+// average utilization).
 package planner

@@ -8,6 +8,19 @@
 // base cost, custom cost, capacity and allowed-on-node functions), combined
 // with the operator's placement rules (rules.go).
 //
+// LiveStatus is the status every live plan starts from (plan, rebalance,
+// drain, the daemon): each node's real capacity (1 on compat, the default
+// Citus strategy's capacity function on Citus) and, with --strategy
+// by_load, each shard group's load, measured by metadata.MeasureLoad over
+// PlanOptions.LoadWindow (30 s by default; BuildInput refuses a window
+// that is not positive, before anything connects): pg_stat_user_tables of
+// every shard table is read on its node at the start and the end of the
+// window, one query per node per sample, all nodes at once, and a group's
+// load is (4 × written rows + read rows) per second summed over its
+// tables. On Citus (no by_load strategy of its own) the same statistics
+// are read on the workers' shard tables. A named strategy on Citus weighs
+// every node 1, as Citus's built-in strategies do.
+//
 // Daemon leadership is a lease with a fencing token (metadata/leader.go):
 // the leader holds a session advisory lock on the coordinator and, right
 // after taking it, bumps the epoch in shardmover.leader on the lock's own
