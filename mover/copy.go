@@ -85,6 +85,12 @@ func (r *run) setup(ctx context.Context, m metadata.Move) error {
 	if err := r.e.cat.AddCleanup(ctx, m.ID, m.SourceGroup, metadata.ObjectSlot, name, metadata.CleanupAlways); err != nil {
 		return err
 	}
+	// The copy stage begins with the slot: its snapshot is held open and
+	// the slot retains WAL until the copy is done, so a move waits for its
+	// turn before creating it.
+	if err := r.holdCopySlot(ctx); err != nil {
+		return err
+	}
 	snap, err := replication.CreateSlot(ctx, r.e.dsn(r.source), name)
 	if err != nil {
 		return err
@@ -99,6 +105,9 @@ func (r *run) setup(ctx context.Context, m metadata.Move) error {
 
 // copy copies every table from the exported snapshot.
 func (r *run) copy(ctx context.Context, m metadata.Move) error {
+	if err := r.holdCopySlot(ctx); err != nil {
+		return err
+	}
 	last := time.Now()
 	res, err := replication.Copy(ctx, replication.CopyOptions{
 		SourceDSN:      r.e.dsn(r.source),
@@ -132,6 +141,9 @@ func (r *run) copy(ctx context.Context, m metadata.Move) error {
 // index builds secondary indexes (and other constraints the source has) on
 // the target and analyzes the tables.
 func (r *run) index(ctx context.Context, m metadata.Move) error {
+	if err := r.holdCopySlot(ctx); err != nil {
+		return err
+	}
 	src, dst, err := r.connectBoth(ctx)
 	if err != nil {
 		return err

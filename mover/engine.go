@@ -112,6 +112,9 @@ type Engine struct {
 	// copyLimiter, set by RunJob, paces the copies of every running move of
 	// a job together (cfg.BytesPerSecond is then unused).
 	copyLimiter *ratelimit.Limiter
+	// copySlot, set by RunJob, waits for a move's turn to copy within the
+	// job's limits and returns how to give the turn back (nil: no wait).
+	copySlot func(ctx context.Context, moveID int64) (release func(), err error)
 }
 
 // New returns an engine on the coordinator's catalog (a *metadata.Catalog,

@@ -14,9 +14,11 @@ import (
 
 // Limits bound how a job's moves run together.
 type Limits struct {
-	// Concurrency is how many moves run at once in the whole cluster.
+	// Concurrency is how many moves copy at once in the whole cluster
+	// (from the slot's creation through indexing); see jobSched for how
+	// the other stages of moves overlap the copies.
 	Concurrency int
-	// PerNode is how many running moves one node may take part in, as
+	// PerNode is how many copying moves one node may take part in, as
 	// source or target.
 	PerNode int
 	// BytesPerSecond is the total copy bandwidth of the job: one limiter
@@ -34,9 +36,9 @@ type JobResult struct {
 }
 
 // RunJob runs every unfinished move of a job, in id order (the plan's
-// order), starting each as soon as the limits allow and the moves before it
-// that share a node have finished (a move's target may need the room an
-// earlier move frees). It returns when every move has ended, or ctx is done:
+// order), within the limits, which count copy streams (jobSched: the next
+// move prepares while one copies, and one that copied finishes while the
+// next copies). It returns when every move has ended, or ctx is done:
 // moves before their decision then stop where they are (resumable), moves
 // past it finish first. The job's state is recorded at the end.
 func (e *Engine) RunJob(ctx context.Context, jobID int64, lim Limits) (JobResult, error) {
@@ -69,43 +71,48 @@ func (e *Engine) RunJobAs(ctx context.Context, jobID int64, lim Limits, term *me
 	runner.copyLimiter = ratelimit.New(lim.BytesPerSecond) // nil: no limit
 
 	var (
-		mu      sync.Mutex
-		cond    = sync.NewCond(&mu)
-		running int
-		busy    = map[int32]int{}
-		ended   = map[int64]bool{}
-		wg      sync.WaitGroup
-		errs    []error
+		mu    sync.Mutex
+		cond  = sync.NewCond(&mu)
+		sched = newJobSched(lim, moves)
+		index = make(map[int64]int, len(moves))
+		wg    sync.WaitGroup
+		errs  []error
 	)
+	for i, m := range moves {
+		index[m.ID] = i
+	}
 	// Stop waiting when ctx ends.
 	stopWake := context.AfterFunc(ctx, func() { mu.Lock(); cond.Broadcast(); mu.Unlock() })
 	defer stopWake()
 
-	started := map[int64]bool{}
-	blocked := func(i int) bool {
-		m := moves[i]
-		if running >= lim.Concurrency || busy[m.SourceGroup] >= lim.PerNode || busy[m.TargetGroup] >= lim.PerNode {
-			return true
-		}
-		for j := 0; j < i; j++ {
-			p := moves[j]
-			if ended[p.ID] {
-				continue
+	// A move's copy stage waits here for its slot (see jobSched); the slot
+	// is given back once, when the stage ends or the move does.
+	runner.copySlot = func(ctx context.Context, id int64) (func(), error) {
+		i := index[id]
+		stop := context.AfterFunc(ctx, func() { mu.Lock(); cond.Broadcast(); mu.Unlock() })
+		defer stop()
+		mu.Lock()
+		defer mu.Unlock()
+		for !sched.canCopy(i) {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
 			}
-			if p.SourceGroup == m.SourceGroup || p.SourceGroup == m.TargetGroup ||
-				p.TargetGroup == m.SourceGroup || p.TargetGroup == m.TargetGroup {
-				// Keep the plan's order per node: an earlier move on the
-				// same node must have started (it is in busy then) or ended.
-				if !started[p.ID] && !ended[p.ID] {
-					return true
-				}
-			}
+			cond.Wait()
 		}
-		return false
+		sched.takeCopy(i)
+		var once sync.Once
+		return func() {
+			once.Do(func() {
+				mu.Lock()
+				sched.pass(i)
+				cond.Broadcast()
+				mu.Unlock()
+			})
+		}, nil
 	}
 	mu.Lock()
 	for i := range moves {
-		for blocked(i) && ctx.Err() == nil {
+		for !sched.canStart(i) && ctx.Err() == nil {
 			cond.Wait()
 		}
 		if ctx.Err() != nil {
@@ -123,20 +130,14 @@ func (e *Engine) RunJobAs(ctx context.Context, jobID int64, lim Limits, term *me
 				break
 			}
 		}
-		running++
-		busy[m.SourceGroup]++
-		busy[m.TargetGroup]++
-		started[m.ID] = true
+		sched.start(i)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			err := runner.Run(ctx, m.ID)
 			mu.Lock()
 			defer mu.Unlock()
-			running--
-			busy[m.SourceGroup]--
-			busy[m.TargetGroup]--
-			ended[m.ID] = true
+			sched.end(i)
 			if err != nil && !errors.Is(err, context.Canceled) {
 				errs = append(errs, fmt.Errorf("move %d: %w", m.ID, err))
 				e.log.Warn("move ended with an error", zap.Int64("move_id", m.ID), zap.Error(err))

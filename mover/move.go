@@ -31,6 +31,9 @@ type run struct {
 	streamDone   chan error
 
 	cutoverBackoff time.Duration
+	// copyRelease gives back the job's copy slot this run holds (nil:
+	// none held).
+	copyRelease func()
 	// targetFinished: this run committed the target's identity finishing
 	// after the decision, so cleanup need not read both definitions again.
 	targetFinished bool
@@ -100,6 +103,7 @@ func (r *run) keepLease(ctx context.Context) error {
 }
 
 func (r *run) close() {
+	r.releaseCopySlot()
 	r.stopStream()
 	if r.snapshot != nil {
 		_ = r.snapshot.Release(context.Background())
@@ -275,6 +279,28 @@ func (r *run) step(ctx context.Context, m metadata.Move, p Phase) error {
 	return fmt.Errorf("no step for phase %s", p)
 }
 
+// holdCopySlot waits, in a job, for the move's turn to copy (Limits count
+// copy streams). The turn is kept through copying and indexing and given
+// back when the move leaves them or the run ends.
+func (r *run) holdCopySlot(ctx context.Context) error {
+	if r.copyRelease != nil || r.e.copySlot == nil {
+		return nil
+	}
+	release, err := r.e.copySlot(ctx, r.id)
+	if err != nil {
+		return err
+	}
+	r.copyRelease = release
+	return nil
+}
+
+func (r *run) releaseCopySlot() {
+	if r.copyRelease != nil {
+		r.copyRelease()
+		r.copyRelease = nil
+	}
+}
+
 // phaseChange says how a move's phase changed; see changePhase.
 type phaseChange int
 
@@ -300,6 +326,9 @@ func (r *run) changePhase(ctx context.Context, m metadata.Move, from, to Phase, 
 		if err := r.e.cat.SetPhaseLeased(ctx, r.lease, m.ID, from.String(), to.String(), why, errText); err != nil {
 			return err
 		}
+	}
+	if to != Setup && to != Copying && to != Indexing {
+		r.releaseCopySlot()
 	}
 	r.log.Info("phase changed", zap.String("from", from.String()), zap.String("phase", to.String()), zap.String("why", why))
 	r.progress(Progress{MoveID: m.ID, Phase: to, BytesDone: m.BytesCopied, BytesTotal: m.BytesTotal})

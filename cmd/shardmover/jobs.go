@@ -109,7 +109,10 @@ func newJobsCmd(g *globals) *cobra.Command {
 			})
 		},
 	}
-	var lim mover.Limits
+	var (
+		lim      mover.Limits
+		throttle string
+	)
 	resume := &cobra.Command{
 		Use:   "resume JOB",
 		Short: "Resume a job's unfinished moves from their journal phase",
@@ -118,12 +121,18 @@ func newJobsCmd(g *globals) *cobra.Command {
 			if err := checkLimits(lim); err != nil {
 				return err
 			}
+			rate, err := parseRate(throttle)
+			if err != nil {
+				return err
+			}
+			lim.BytesPerSecond = rate
 			return jobAction(cmd, g, args[0], func(ctx context.Context, r *scheduler.Runner, id int64) (scheduler.JobRun, error) {
 				return r.ResumeJob(ctx, id, lim)
 			})
 		},
 	}
 	registerLimits(resume, &lim)
+	resume.Flags().StringVar(&throttle, "throttle", "", "copy bandwidth limit shared by the job's copies, e.g. 50MB/s (default: none)")
 	cmd.AddCommand(list, show, cancel, resume)
 	return cmd
 }

@@ -88,8 +88,8 @@ func registerLimits(cmd *cobra.Command, lim *mover.Limits) {
 	def := mover.DefaultLimits()
 	lim.Concurrency, lim.PerNode = def.Concurrency, def.PerNode
 	fl := cmd.Flags()
-	fl.IntVar(&lim.Concurrency, "concurrency", def.Concurrency, "moves running at once in the cluster")
-	fl.IntVar(&lim.PerNode, "per-node", def.PerNode, "running moves one node may take part in (sending or receiving)")
+	fl.IntVar(&lim.Concurrency, "concurrency", def.Concurrency, "moves copying at once in the cluster (the next move prepares, and the last one finishes, while one copies)")
+	fl.IntVar(&lim.PerNode, "per-node", def.PerNode, "copying moves one node may take part in (sending or receiving)")
 }
 
 func checkLimits(lim mover.Limits) error {
