@@ -53,6 +53,8 @@ type unit struct {
 	advance pglogrepl.LSN
 	// reordered: some changes may not be in source order (see applier).
 	reordered bool
+	// notify is closed once the unit is done (a hold waits on it).
+	notify chan struct{}
 }
 
 // reorderedError is a failure of a unit whose changes were regrouped. It
@@ -552,6 +554,9 @@ func (x *executor) do(ctx context.Context, u *unit) error {
 	}
 	if u.commits {
 		x.s.popOldest()
+	}
+	if u.notify != nil {
+		close(u.notify)
 	}
 	return nil
 }

@@ -61,6 +61,7 @@ func (s *Stream) session(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
+	s.startedFrom(progress)
 
 	// Source: a replication connection, read through a large buffer: a
 	// backlog arrives as many small messages, and one read should take in
@@ -451,6 +452,9 @@ func (ss *session) handle(ctx context.Context, data []byte, msg pglogrepl.Messag
 	case *pglogrepl.BeginMessage:
 		if ss.txnOpen {
 			return permanent(errors.New("decode pgoutput: Begin inside an open transaction"))
+		}
+		if err := ss.holdBefore(ctx, m.FinalLSN); err != nil {
+			return err
 		}
 		strict := m.FinalLSN <= ss.s.strictUntil
 		// A due group is committed before the next transaction starts. So

@@ -83,6 +83,7 @@ type Stream struct {
 	advanced     chan struct{} // closed and replaced whenever processed moves
 	stopErr      error         // why the last Run returned; nil while running or before
 	walBlock     uint64        // the source's WAL page size
+	hold         holdState     // holds of the applier at a position (hold.go)
 
 	// strictUntil: transactions that commit at or before it are applied
 	// in strict source order, after regrouped changes failed there. The
