@@ -82,8 +82,18 @@ func (r *reader) checksum(ctx context.Context, conn *pgx.Conn, table pgx.Identif
 		return sum{}, false, err
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	// The first statement takes the snapshot; the size read after it covers
-	// every row the snapshot sees.
+	s, found, err := r.checksumTx(ctx, tx, table)
+	if err != nil || !found {
+		return s, found, err
+	}
+	return s, true, tx.Commit(ctx)
+}
+
+// checksumTx is checksum within the open transaction tx (REPEATABLE READ,
+// with the fixed text settings), which it leaves open.
+func (r *reader) checksumTx(ctx context.Context, tx pgx.Tx, table pgx.Identifier) (sum, bool, error) {
+	// In a fresh transaction the first statement takes the snapshot; the
+	// size read after it covers every row the snapshot sees.
 	var exists bool
 	var pages, blockSize int64
 	if err := tx.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL,
@@ -122,7 +132,7 @@ func (r *reader) checksum(ctx context.Context, conn *pgx.Conn, table pgx.Identif
 	if err := tx.QueryRow(ctx, "SELECT coalesce(sum(x::numeric), 0)::text FROM unnest($1::text[]) AS x", addTotal).Scan(&total.add); err != nil {
 		return sum{}, true, err
 	}
-	return total, true, tx.Commit(ctx)
+	return total, true, nil
 }
 
 // keyColumn is one column of a primary key.
@@ -134,8 +144,13 @@ type keyColumn struct {
 
 var errUnordered = errors.New("key type not ordered in Go")
 
+// querier is a connection or a transaction.
+type querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
 // primaryKey reads a table's primary key columns in key order.
-func primaryKey(ctx context.Context, conn *pgx.Conn, table pgx.Identifier) ([]keyColumn, error) {
+func primaryKey(ctx context.Context, conn querier, table pgx.Identifier) ([]keyColumn, error) {
 	rows, err := conn.Query(ctx, `SELECT a.attname, ty.typcollation <> 0, format_type(a.atttypid, NULL)
 		FROM pg_index i
 		CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord)
@@ -204,7 +219,7 @@ func (r *reader) differingKeys(ctx context.Context, liveConn *pgx.Conn, live pgx
 		return nil, "", err
 	}
 	if len(key) == 0 {
-		return nil, "the table has no primary key, so no differing keys are listed", nil
+		return nil, noKeyNote, nil
 	}
 	ltx, err := begin(ctx, liveConn)
 	if err != nil {
@@ -216,6 +231,14 @@ func (r *reader) differingKeys(ctx context.Context, liveConn *pgx.Conn, live pgx
 		return nil, "", err
 	}
 	defer func() { _ = otx.Rollback(context.WithoutCancel(ctx)) }()
+	return r.differingKeysTx(ctx, ltx, live, otx, old, key)
+}
+
+const noKeyNote = "the table has no primary key, so no differing keys are listed"
+
+// differingKeysTx is the merge of differingKeys within two open
+// transactions, which it leaves open.
+func (r *reader) differingKeysTx(ctx context.Context, ltx pgx.Tx, live pgx.Identifier, otx pgx.Tx, old pgx.Identifier, key []keyColumn) ([]KeyDiff, string, error) {
 	lrows, err := keyRows(ctx, ltx, live, key)
 	if err != nil {
 		return nil, "", err
