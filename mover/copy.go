@@ -116,6 +116,7 @@ func (r *run) copy(ctx context.Context, m metadata.Move) error {
 		Tables:         shardIdents(m),
 		Workers:        r.e.cfg.CopyWorkers,
 		RangesPerTable: r.e.cfg.RangesPerTable,
+		Adaptive:       true,
 		BytesPerSecond: r.e.cfg.BytesPerSecond,
 		Limiter:        r.e.copyLimiter,
 		Progress: func(done, total int64) {
@@ -135,7 +136,7 @@ func (r *run) copy(ctx context.Context, m metadata.Move) error {
 	if err := r.e.cat.SetProgress(ctx, m.ID, res.Bytes, res.Bytes, "", ""); err != nil {
 		return err
 	}
-	return r.changePhase(ctx, m, Copying, Indexing, stepped, fmt.Sprintf("%d rows, %d bytes", res.Rows, res.Bytes), "")
+	return r.changePhase(ctx, m, Copying, Indexing, stepped, fmt.Sprintf("%d rows, %d bytes, %d streams", res.Rows, res.Bytes, res.Streams), "")
 }
 
 // index builds secondary indexes (and other constraints the source has) on

@@ -39,8 +39,10 @@ type Config struct {
 	CutoverBackoff    time.Duration
 	CutoverMaxBackoff time.Duration
 
-	// Copy tuning: parallel connections, ctid ranges per large table, and a
-	// bandwidth limit in bytes/s (0: none).
+	// Copy tuning: the most parallel copy streams (a move's copy starts
+	// with one and adds streams while each pays, replication.CopyOptions
+	// Adaptive), ctid ranges per large table, and a bandwidth limit in
+	// bytes/s (0: none).
 	CopyWorkers    int
 	RangesPerTable int
 	BytesPerSecond int64
@@ -57,6 +59,15 @@ type Config struct {
 	// fails and its slot is dropped.
 	MaxRetainedWAL         int64
 	MaxRetainedWALFraction float64
+
+	// Verify compares each move's tables on source and target at one
+	// replication position before its cutover (mover/verify.go), and fails
+	// the move on a difference. It costs a temporary replication slot on the
+	// source for a moment, a read of the group on both nodes, and a
+	// REPEATABLE READ snapshot held open on both while it reads.
+	// VerifyBytesPerSecond paces that read (0: no limit).
+	Verify               bool
+	VerifyBytesPerSecond int64
 
 	// DiskFactor: a move's preflight wants this many times the shard
 	// group's size free on the target's data directory (0: 1.5; negative:

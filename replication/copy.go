@@ -29,8 +29,17 @@ type CopyOptions struct {
 	// Tables to copy; each target table has the same name and columns.
 	Tables []pgx.Identifier
 	// Workers is the number of concurrent copies (one source and one target
-	// connection each).
+	// connection each): with Adaptive, the most that may run.
 	Workers int
+	// Adaptive starts with one copy stream and adds another while each
+	// added stream raises the copy's throughput by at least a tenth,
+	// measured over one-second windows (the first is warm-up), up to
+	// Workers; when one does not, the stream added last stops after its
+	// current task and the number stays. So a copy is never slower than a
+	// single stream by more than one window of contention, and runs wider
+	// only where the nodes (or a shared rate limit) let more streams pay.
+	// Every worker still imports the snapshot before any copy starts.
+	Adaptive bool
 	// RangesPerTable splits a table of at least 2*MinRangeBytes into up to
 	// that many ctid block ranges, copied concurrently; each range is at
 	// least MinRangeBytes. 1 disables splitting.
@@ -66,6 +75,8 @@ type CopyResult struct {
 	Rows    int64
 	Bytes   int64 // COPY stream bytes
 	Elapsed time.Duration
+	// Streams is the most copy streams that ran at once.
+	Streams int
 }
 
 // TableCopy reports one table.
@@ -78,6 +89,47 @@ type TableCopy struct {
 	Ranges        int
 	Rows, Bytes   int64
 	ExpectedBytes int64
+}
+
+// rampGain is how much more throughput one more stream must bring for an
+// adaptive copy to keep it; rampWindow is how long each measurement runs.
+const (
+	rampGain   = 1.1
+	rampWindow = time.Second
+)
+
+// ramp decides an adaptive copy's number of streams from the throughput
+// measured over each window: it climbs one stream at a time while each
+// step pays and settles at the last step that did.
+type ramp struct {
+	max      int
+	warm     bool    // the first window (connections, first rows) is done
+	prevRate float64 // throughput at the current number, 0 before measured
+	settled  bool
+}
+
+// observe gets the bytes copied over the last window with k streams
+// active, and returns how many streams should be active next.
+func (r *ramp) observe(k int, bytes int64) int {
+	switch {
+	case r.settled:
+		return k
+	case !r.warm:
+		r.warm = true
+		return k
+	}
+	rate := float64(bytes)
+	if r.prevRate > 0 && rate < r.prevRate*rampGain {
+		r.settled = true
+		return k - 1
+	}
+	r.prevRate = rate
+	if k >= r.max {
+		r.settled = true
+		return k
+	}
+	r.warm = false // the new stream's start is warm-up again
+	return k + 1
 }
 
 type copyTask struct {
@@ -204,7 +256,7 @@ func Copy(ctx context.Context, opts CopyOptions) (CopyResult, error) {
 			return CopyResult{}, err
 		}
 		if _, err := c.Exec(ctx, "SET session_replication_role = replica").ReadAll(); err != nil {
-			log.Warn("copy: cannot skip target triggers (session_replication_role needs superuser); they will fire", zap.Error(err))
+			log.Warn("copy: cannot skip target triggers (session_replication_role needs superuser, or GRANT SET ON PARAMETER session_replication_role on PostgreSQL 15+); they will fire", zap.Error(err))
 		}
 		tgts = append(tgts, c)
 	}
@@ -243,14 +295,23 @@ func Copy(ctx context.Context, opts CopyOptions) (CopyResult, error) {
 
 	var (
 		mu       sync.Mutex
+		cond     = sync.NewCond(&mu)
 		next     int
 		firstErr error
 		wg       sync.WaitGroup
+		active   = workers // streams allowed to take tasks: workers 0..active-1
+		widest   = workers
 	)
-	take := func() (copyTask, bool) {
+	// take gives worker w its next task, waiting while an adaptive copy
+	// has it idle.
+	take := func(w int) (copyTask, bool) {
 		mu.Lock()
 		defer mu.Unlock()
+		for w >= active && firstErr == nil && next < len(tasks) {
+			cond.Wait()
+		}
 		if firstErr != nil || next >= len(tasks) {
+			cond.Broadcast() // idle workers see the end
 			return copyTask{}, false
 		}
 		next++
@@ -262,14 +323,45 @@ func Copy(ctx context.Context, opts CopyOptions) (CopyResult, error) {
 		if firstErr == nil {
 			firstErr = err
 			cancel()
+			cond.Broadcast()
 		}
+	}
+	rampStopped := make(chan struct{})
+	if opts.Adaptive && workers > 1 {
+		active, widest = 1, 1
+		go func() {
+			defer close(rampStopped)
+			r := ramp{max: workers}
+			tick := time.NewTicker(rampWindow)
+			defer tick.Stop()
+			last := done.Load()
+			for !r.settled {
+				select {
+				case <-progressDone:
+					return
+				case <-tick.C:
+				}
+				cur := done.Load()
+				mu.Lock()
+				if k := r.observe(active, cur-last); k != active {
+					active = k
+					widest = max(widest, k)
+					log.Debug("copy streams", zap.Int("streams", k), zap.Int64("bytes_last_window", cur-last))
+					cond.Broadcast()
+				}
+				mu.Unlock()
+				last = cur
+			}
+		}()
+	} else {
+		close(rampStopped)
 	}
 	for w := 0; w < workers; w++ {
 		wg.Add(1)
-		go func(src, tgt *pgconn.PgConn) {
+		go func(w int, src, tgt *pgconn.PgConn) {
 			defer wg.Done()
 			for {
-				t, ok := take()
+				t, ok := take(w)
 				if !ok {
 					return
 				}
@@ -283,14 +375,16 @@ func Copy(ctx context.Context, opts CopyOptions) (CopyResult, error) {
 				res.Tables[t.table].Bytes += n
 				mu.Unlock()
 			}
-		}(srcs[w], tgts[w])
+		}(w, srcs[w], tgts[w])
 	}
 	wg.Wait()
 	close(progressDone)
 	<-progressStopped
+	<-rampStopped
 	if firstErr != nil {
 		return CopyResult{}, firstErr
 	}
+	res.Streams = widest
 	for _, tc := range res.Tables {
 		res.Rows += tc.Rows
 		res.Bytes += tc.Bytes

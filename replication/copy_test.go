@@ -63,10 +63,23 @@ func TestCopyEqualsSnapshotUnderLoad(t *testing.T) {
 		opts := replication.DefaultCopyOptions()
 		opts.SourceDSN, opts.TargetDSN, opts.Snapshot, opts.Tables = e.srcDSN, e.tgtDSN, snap.Name, []pgx.Identifier{{"public", "load"}}
 		opts.RangesPerTable, opts.MinRangeBytes, opts.Workers, opts.TruncateTarget = 4, 256<<10, 3, true
+		if i == 1 {
+			// Adaptive, and held to about a sixth of the table per
+			// second, so that it runs long enough to add a stream (and
+			// drop it again: a shared limit makes the second one pay
+			// nothing), while the other workers wait idle.
+			var size int64
+			require.NoError(t, verify.QueryRow(bg, "SELECT pg_table_size('load')").Scan(&size))
+			opts.Adaptive, opts.BytesPerSecond = true, max(size/6, 64<<10)
+		}
 		res, err := replication.Copy(bg, opts)
 		require.NoError(t, err)
 		require.NoError(t, snap.Release(bg))
 		assert.Equal(t, 4, res.Tables[0].Ranges)
+		t.Logf("copy %d: %d bytes in %s, at most %d streams", i, res.Bytes, res.Elapsed.Round(time.Millisecond), res.Streams)
+		if opts.Adaptive && res.Elapsed > 2500*time.Millisecond {
+			assert.GreaterOrEqual(t, res.Streams, 2, "an adaptive copy of %s tried a second stream", res.Elapsed)
+		}
 		assert.Equal(t, want, e.digest(e.connect(e.tgtDSN), "load", "id"), "copy %d equals its snapshot", i)
 		require.NoError(t, replication.DropSlot(bg, e.src, "shardmover_copy"))
 	}

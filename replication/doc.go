@@ -55,6 +55,10 @@
 //     whose binary form embeds server-specific type OIDs (arrays or
 //     composites of user-defined types) is copied in text format instead.
 //     Copy is throttled by BytesPerSecond and reports progress in bytes.
+//     With Adaptive, Copy starts one stream and adds one at a time while
+//     each raises the measured throughput by a tenth or more (one-second
+//     windows), up to Workers: on two busy cores a second stream of one
+//     table measured slower than one, so the width is measured, not fixed.
 //   - Stream decodes pgoutput: protocol 2 with streaming on PostgreSQL 14 and
 //     later, protocol 1 before. A large transaction streamed while it runs
 //     is spooled to a local temporary file (never held whole in memory),
