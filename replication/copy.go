@@ -38,7 +38,8 @@ type CopyOptions struct {
 	// current task and the number stays. So a copy is never slower than a
 	// single stream by more than one window of contention, and runs wider
 	// only where the nodes (or a shared rate limit) let more streams pay.
-	// Every worker still imports the snapshot before any copy starts.
+	// A worker connects (and imports the snapshot) only when it first
+	// becomes active.
 	Adaptive bool
 	// RangesPerTable splits a table of at least 2*MinRangeBytes into up to
 	// that many ctid block ranges, copied concurrently; each range is at
@@ -143,7 +144,8 @@ type copyTask struct {
 // target, streaming COPY ... TO STDOUT into COPY ... FROM STDIN through a
 // pipe (never holding a table in memory), several tables and ctid ranges at
 // a time. Each worker imports the snapshot once, in a REPEATABLE READ
-// transaction, before any copy starts. The target tables should be empty
+// transaction, when it first becomes active (so the snapshot's holder must
+// stay idle until Copy returns). The target tables should be empty
 // (or TruncateTarget set); on error the target holds partial data.
 func Copy(ctx context.Context, opts CopyOptions) (CopyResult, error) {
 	started := time.Now()
@@ -179,7 +181,10 @@ func Copy(ctx context.Context, opts CopyOptions) (CopyResult, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
-	var conns []*pgconn.PgConn
+	var (
+		connMu sync.Mutex
+		conns  []*pgconn.PgConn
+	)
 	defer func() {
 		for _, c := range conns {
 			cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -200,7 +205,9 @@ func Copy(ctx context.Context, opts CopyOptions) (CopyResult, error) {
 		if err != nil {
 			return nil, fmt.Errorf("copy: connect to %s %s: %w", which, addr(cfg), err)
 		}
+		connMu.Lock()
 		conns = append(conns, c)
+		connMu.Unlock()
 		return c, nil
 	}
 	openSource := func() (*pgconn.PgConn, error) {
@@ -241,24 +248,26 @@ func Copy(ctx context.Context, opts CopyOptions) (CopyResult, error) {
 	sort.SliceStable(tasks, func(a, b int) bool { return tasks[a].weight > tasks[b].weight })
 
 	workers := min(opts.Workers, len(tasks))
-	srcs := []*pgconn.PgConn{planConn}
-	tgts := make([]*pgconn.PgConn, 0, workers)
-	for len(srcs) < workers {
-		c, err := openSource()
-		if err != nil {
-			return CopyResult{}, err
-		}
-		srcs = append(srcs, c)
-	}
-	for len(tgts) < workers {
+	openTarget := func() (*pgconn.PgConn, error) {
 		c, err := open(tgtCfg, "target")
 		if err != nil {
-			return CopyResult{}, err
+			return nil, err
 		}
 		if _, err := c.Exec(ctx, "SET session_replication_role = replica").ReadAll(); err != nil {
 			log.Warn("copy: cannot skip target triggers (session_replication_role needs superuser, or GRANT SET ON PARAMETER session_replication_role on PostgreSQL 15+); they will fire", zap.Error(err))
 		}
-		tgts = append(tgts, c)
+		return c, nil
+	}
+	// Worker w's connections: the first worker's are opened here, the
+	// others' by each worker when it first becomes active (all at once for
+	// a fixed width, when the ramp adds it for an adaptive copy). The
+	// snapshot's holder stays idle until Copy returns, so a late worker can
+	// still import it.
+	srcs := make([]*pgconn.PgConn, workers)
+	tgts := make([]*pgconn.PgConn, workers)
+	srcs[0] = planConn
+	if tgts[0], err = openTarget(); err != nil {
+		return CopyResult{}, err
 	}
 	if opts.TruncateTarget {
 		for _, t := range opts.Tables {
@@ -268,7 +277,6 @@ func Copy(ctx context.Context, opts CopyOptions) (CopyResult, error) {
 		}
 	}
 
-	// Every worker holds the snapshot now; the exporter may be released.
 	var done atomic.Int64
 	lim := opts.Limiter
 	if lim == nil {
@@ -358,12 +366,23 @@ func Copy(ctx context.Context, opts CopyOptions) (CopyResult, error) {
 	}
 	for w := 0; w < workers; w++ {
 		wg.Add(1)
-		go func(w int, src, tgt *pgconn.PgConn) {
+		go func(w int) {
 			defer wg.Done()
+			src, tgt := srcs[w], tgts[w]
 			for {
 				t, ok := take(w)
 				if !ok {
 					return
+				}
+				if src == nil {
+					var err error
+					if src, err = openSource(); err == nil {
+						tgt, err = openTarget()
+					}
+					if err != nil {
+						fail(err)
+						return
+					}
 				}
 				rows, n, err := copyOne(ctx, src, tgt, t, lim, &done)
 				if err != nil {
@@ -375,7 +394,7 @@ func Copy(ctx context.Context, opts CopyOptions) (CopyResult, error) {
 				res.Tables[t.table].Bytes += n
 				mu.Unlock()
 			}
-		}(w, srcs[w], tgts[w])
+		}(w)
 	}
 	wg.Wait()
 	close(progressDone)
