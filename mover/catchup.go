@@ -124,8 +124,11 @@ func (r *run) catchUp(ctx context.Context, m metadata.Move) error {
 			}
 		}
 		if processed > 0 && lagBytes <= r.e.cfg.CutoverMaxLagBytes && lag <= r.e.cfg.CutoverMaxLag {
+			if fresh, err := r.verifyBeforeCutover(ctx, m); err != nil || fresh {
+				return err // verified just now: the next turn measures the lag again
+			}
 			_ = r.e.cat.SetProgress(ctx, m.ID, m.BytesCopied, m.BytesTotal, "", processed.String())
-			return r.changePhase(ctx, m, CatchingUp, Cutover, stepped, fmt.Sprintf("lag %d bytes, %s", lagBytes, lag.Round(time.Millisecond)), "")
+			return r.changePhase(ctx, m, CatchingUp, Cutover, stepped, fmt.Sprintf("lag %d bytes, %s%s", lagBytes, lag.Round(time.Millisecond), r.verified), "")
 		}
 		select {
 		case <-ctx.Done():

@@ -34,6 +34,9 @@ type run struct {
 	// copyRelease gives back the job's copy slot this run holds (nil:
 	// none held).
 	copyRelease func()
+	// verified: verifyBeforeCutover found the group equal in this run (the
+	// note for the journal); "" when not verified.
+	verified string
 	// targetFinished: this run committed the target's identity finishing
 	// after the decision, so cleanup need not read both definitions again.
 	targetFinished bool
