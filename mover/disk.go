@@ -30,16 +30,12 @@ func freeDiskBytes(ctx context.Context, c *pgx.Conn) (free int64, ok bool, err e
 		return 0, false, err
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // read-only probe
-	var dir string
-	if err := tx.QueryRow(ctx, "SELECT current_setting('data_directory')").Scan(&dir); err != nil {
-		return 0, false, err
-	}
 	if _, err := tx.Exec(ctx, "CREATE TEMP TABLE shardmover_df (line text) ON COMMIT DROP"); err != nil {
 		return 0, false, err
 	}
-	shellQuoted := "'" + strings.ReplaceAll(dir, "'", `'\''`) + "'"
-	cmd := "df -Pk -- " + shellQuoted
-	if _, err := tx.Exec(ctx, "COPY shardmover_df FROM PROGRAM '"+strings.ReplaceAll(cmd, "'", "''")+"'"); err != nil {
+	// A server process runs in its data directory: "." needs no setting
+	// (data_directory is readable only with pg_read_all_settings).
+	if _, err := tx.Exec(ctx, "COPY shardmover_df FROM PROGRAM 'df -Pk -- .'"); err != nil {
 		return 0, false, err
 	}
 	rows, err := tx.Query(ctx, "SELECT line FROM shardmover_df")

@@ -55,7 +55,7 @@ func (s *Stream) session(ctx context.Context) (err error) {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		s.log.Warn("cannot skip target triggers (session_replication_role needs superuser); they will fire", zap.Error(err))
+		s.log.Warn("cannot skip target triggers (session_replication_role needs superuser, or GRANT SET ON PARAMETER session_replication_role on PostgreSQL 15+); they will fire", zap.Error(err))
 	}
 	progress, err := s.setupOrigin(ctx, tgt)
 	if err != nil {
