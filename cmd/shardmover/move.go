@@ -21,6 +21,7 @@ func newMoveCmd(g *globals) *cobra.Command {
 		dryRun   bool
 		throttle string
 		maxWAL   maxWALFlag
+		vf       verifyFlag
 		lim      = mover.DefaultLimits()
 	)
 	cmd := &cobra.Command{
@@ -58,6 +59,9 @@ func newMoveCmd(g *globals) *cobra.Command {
 			if err := maxWAL.resolve(); err != nil {
 				return err
 			}
+			if err := vf.resolve(); err != nil {
+				return err
+			}
 			ctx := cmd.Context()
 			cat, err := g.catalog(ctx)
 			if err != nil {
@@ -75,7 +79,7 @@ func newMoveCmd(g *globals) *cobra.Command {
 							job.ID, m.ID, m.ColocationID, m.ShardIndex, m.ShardIDs, target.Addr())
 					}
 				}}
-			out, err := scheduler.NewRunner(cat, maxWAL.apply(g.moverConfig()), nil).Move(ctx, req)
+			out, err := scheduler.NewRunner(cat, vf.apply(maxWAL.apply(g.moverConfig())), nil).Move(ctx, req)
 			if err != nil {
 				return err
 			}
@@ -108,6 +112,7 @@ func newMoveCmd(g *globals) *cobra.Command {
 	f.StringVar(&throttle, "throttle", "", "copy bandwidth limit, e.g. 50MB/s (default: none)")
 	registerLimits(cmd, &lim)
 	maxWAL.register(cmd)
+	vf.register(cmd)
 	return cmd
 }
 

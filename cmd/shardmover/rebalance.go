@@ -26,6 +26,7 @@ type jobFlags struct {
 	threshold, improvement float64
 	baseCost               baseCostFlag
 	maxWAL                 maxWALFlag
+	verify                 verifyFlag
 	rules                  ruleFlags
 }
 
@@ -45,6 +46,7 @@ func (f *jobFlags) register(cmd *cobra.Command, withPlan bool) {
 	registerLimits(cmd, &f.limits)
 	fl.StringVar(&f.bandwidth, "max-bandwidth", "", "total copy bandwidth, e.g. 100MB/s (default: none)")
 	f.maxWAL.register(cmd)
+	f.verify.register(cmd)
 }
 
 func (f *jobFlags) resolve(cmd *cobra.Command) error {
@@ -78,6 +80,9 @@ func (f *jobFlags) resolve(cmd *cobra.Command) error {
 		return usagef("--max-bandwidth %q is not a rate: write it like 100MB/s", f.bandwidth)
 	}
 	f.limits.BytesPerSecond = rate
+	if err := f.verify.resolve(); err != nil {
+		return err
+	}
 	return f.maxWAL.resolve()
 }
 
@@ -120,7 +125,7 @@ func newRebalanceCmd(g *globals) *cobra.Command {
 				return err
 			}
 			defer cat.Close()
-			runner := scheduler.NewRunner(cat, f.maxWAL.apply(g.moverConfig()), nil)
+			runner := scheduler.NewRunner(cat, f.verify.apply(f.maxWAL.apply(g.moverConfig())), nil)
 			if dryRun {
 				res, err := runner.Plan(ctx, f.plan)
 				if err != nil {
@@ -218,7 +223,7 @@ func newDrainCmd(g *globals) *cobra.Command {
 				return err
 			}
 			defer cat.Close()
-			out, err := scheduler.NewRunner(cat, f.maxWAL.apply(g.moverConfig()), nil).Drain(ctx, node, f.plan, f.limits)
+			out, err := scheduler.NewRunner(cat, f.verify.apply(f.maxWAL.apply(g.moverConfig())), nil).Drain(ctx, node, f.plan, f.limits)
 			if out.Job == nil && err == nil {
 				fmt.Fprintf(cmd.OutOrStdout(), "%s holds no shard groups; it is marked shouldhaveshards = false\n", node)
 				return nil
@@ -272,7 +277,7 @@ the lock. /readyz answers 200 with {"state":"leader"} or {"state":"standby"}, an
 				return err
 			}
 			defer func() { _ = log.Sync() }()
-			cfg.Mover = f.maxWAL.apply(mover.DefaultConfig())
+			cfg.Mover = f.verify.apply(f.maxWAL.apply(mover.DefaultConfig()))
 			cfg.Mover.Logger = log
 			ctx := cmd.Context()
 			cat, err := g.catalog(ctx)
