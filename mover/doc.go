@@ -57,6 +57,20 @@
 // with a sentence saying so, leaving the group on its source; moving it
 // again copies the new definition.
 //
+// Verify before cutover (Config.Verify, verify.go): when the catch-up first
+// passes the cutover gate in a run, the group's tables are compared on the
+// source and the target at one replication position while the application
+// keeps writing. The applier is held below the source's insert position, a
+// temporary slot shardmover_<moveid>_verify gives a consistent point and an
+// exported snapshot (imported by a source transaction, then the slot's
+// connection closes), the hold moves up to the consistent point, and the
+// target's snapshot is taken there; then the applier goes on and both
+// snapshots are compared (verify.CompareTx), throttled by
+// VerifyBytesPerSecond. A difference fails the move (the source keeps
+// serving) with a sentence naming the table, both counts and checksums and
+// the first differing keys; equality is recorded in the journal's message
+// for the step to cutover. A resumed move verifies again.
+//
 // On Citus (12 or later) the phases are the same; the cutover also blocks
 // Citus-routed writes with Citus's metadata lock on the coordinator and on
 // every metadata node, flips every node's placements in the decision's

@@ -139,6 +139,19 @@
 //   - Run retries transient errors with capped exponential backoff and
 //     returns ErrPermanent errors (bad names, missing slot, schema mismatch,
 //     divergence, undecodable data) at once.
+//   - Hold (hold.go): Stream.Hold(lsn) keeps the applier from applying any
+//     transaction whose commit LSN (Begin's FinalLSN, a streamed
+//     transaction's CommitLSN) is lsn or later until released; Wait returns
+//     once every transaction committing before lsn is committed on the
+//     target (the session commits its group and parks at the first later
+//     Begin, still sending status updates; an idle source gets there
+//     through the walsender's WAL end). A hold at a position the applier
+//     has already let a transaction through is refused (ErrHoldPassed).
+//     With CreateTemporarySlot (a TEMPORARY slot only for its consistent
+//     point C and exported snapshot, dropped with its connection) and
+//     ImportSnapshot, a source snapshot and a target snapshot taken while
+//     held at C show the same source transactions: those committing
+//     before C.
 //   - Cleanup helpers are idempotent: DropSlot terminates a walsender that
 //     holds the slot, DropOrigin a session bound to the origin.
 package replication

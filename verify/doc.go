@@ -33,9 +33,19 @@
 // tell the two apart, so it compares only when asked for a shard or a group
 // (an operator checking a move just made, before writes resume or on a
 // quiet table), reports a difference as a problem, and says in its message
-// when the move happened and that writes since then also explain it. The
-// strict comparison a move needs before its cutover (source and target read
-// at one replication position) is a later step.
+// when the move happened and that writes since then also explain it.
+//
+// At one replication position. The strict comparison a move makes before
+// its cutover (mover.Config.Verify, --verify) uses CompareTx: the caller
+// opens one REPEATABLE READ transaction on each side, already holding its
+// snapshot, and CompareTx compares the tables in them with the same
+// checksum, throttle and differing-keys merge (keys listed as the target
+// sees them: changed, missing, or only on the target). The mover takes
+// the source's snapshot from a temporary logical slot's exported snapshot
+// and the target's while its applier is held at that slot's consistent
+// point (replication.Stream.Hold), so both sides show exactly the source
+// transactions that commit before that point and any difference is one
+// the move would carry over: it refuses the cutover.
 //
 // Checksum. Each side is read in one REPEATABLE READ, READ ONLY
 // transaction, in batches of heap pages (a TID range scan, WHERE ctid >=
