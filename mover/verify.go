@@ -63,12 +63,14 @@ func (r *run) verifyBeforeCutover(ctx context.Context, m metadata.Move) (fresh b
 	}
 	began := time.Now()
 	vctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	go r.watchVerify(vctx, cancel, m.ID)
+	watched := make(chan struct{})
+	go func() { defer close(watched); r.watchVerify(vctx, cancel, m.ID) }()
 	res, at, held, err := r.compareAtOnePoint(vctx, m)
 	if cause := context.Cause(vctx); err != nil && cause != nil && ctx.Err() == nil {
 		err = cause // a cancel request or a lost lease stopped it
 	}
+	cancel(nil)
+	<-watched // the lease's connection is the run's again
 	if err != nil {
 		r.log.Warn("verify before cutover did not complete", zap.Duration("took", time.Since(began)), zap.Error(err))
 		return false, err
@@ -103,7 +105,9 @@ func (r *run) verifyBeforeCutover(ctx context.Context, m metadata.Move) (fresh b
 }
 
 // watchVerify stops a running verify when the run loses its lease or the
-// move is asked to cancel, as the catch-up loop does between its turns.
+// move is asked to cancel, as the catch-up loop does between its turns. The
+// lease's check is never cancelled midway (pgx closes a connection whose
+// query is cancelled, which would lose the lease).
 func (r *run) watchVerify(ctx context.Context, cancel context.CancelCauseFunc, id int64) {
 	t := time.NewTicker(verifyWatchEvery)
 	defer t.Stop()
@@ -113,7 +117,10 @@ func (r *run) watchVerify(ctx context.Context, cancel context.CancelCauseFunc, i
 			return
 		case <-t.C:
 		}
-		if err := r.lease.Held(ctx); err != nil && ctx.Err() == nil {
+		hctx, hcancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		err := r.lease.Held(hctx)
+		hcancel()
+		if err != nil {
 			cancel(err)
 			return
 		}
