@@ -25,22 +25,28 @@ import (
 // the applier carries everything up to the re-fence over to the target, and
 // a conflict there fails loudly instead of losing those writes silently.
 func (r *run) cleanup(ctx context.Context, m metadata.Move) error {
+	sp := newSplits()
+	defer sp.log(r.log, "cleanup timings")
 	_, refenced, err := r.settle(ctx, m)
 	if err != nil {
 		return err
 	}
+	sp.mark("settle")
 	if refenced {
 		if err := r.carryOver(ctx, m); err != nil {
 			return fmt.Errorf("the source of move %d took writes after the decision (its fence had been rolled back); carrying them to the target failed: %w; the slot is kept so nothing is lost, see `shardmover jobs show`", m.ID, err)
 		}
 	}
 	r.stopStream()
+	sp.mark("stop_stream")
 	if err := r.finishIdentity(ctx, m); err != nil {
 		return err
 	}
+	sp.mark("identity")
 	if err := r.dropArtifacts(ctx, m, metadata.CleanupAlways); err != nil {
 		return err
 	}
+	sp.mark("drop_artifacts")
 	if err := r.changePhase(ctx, m, Cleanup, Done, stepped, "replication artifacts dropped", ""); err != nil {
 		return err
 	}
@@ -232,6 +238,8 @@ func (r *run) dropArtifacts(ctx context.Context, m metadata.Move, policies ...st
 	for _, p := range policies {
 		want[p] = true
 	}
+	conns := r.e.newNodeConns()
+	defer conns.close(ctx)
 	// Slots before publications (a walsender may hold the slot), prepared
 	// transactions before tables (they lock them).
 	order := map[metadata.ObjectKind]int{metadata.ObjectPrepared: 0, metadata.ObjectSlot: 1, metadata.ObjectPublication: 2,
@@ -245,7 +253,7 @@ func (r *run) dropArtifacts(ctx context.Context, m metadata.Move, policies ...st
 			if !ok {
 				continue
 			}
-			if err := r.e.dropOne(ctx, n, rec); err != nil {
+			if err := r.e.dropOne(ctx, conns, n, rec); err != nil {
 				return err
 			}
 			if err := r.e.cat.RemoveCleanup(ctx, rec.ID); err != nil {
@@ -256,13 +264,57 @@ func (r *run) dropArtifacts(ctx context.Context, m metadata.Move, policies ...st
 	return nil
 }
 
-// dropOne drops one recorded artifact; a missing artifact is not an error.
-func (e *Engine) dropOne(ctx context.Context, n metadata.Node, rec metadata.CleanupRecord) error {
-	conn, err := e.connect(ctx, n)
+// nodeConns keeps one session per node for a series of drops (a move's
+// cleanup drops its slot and publication on the source and its origin on
+// the target), instead of one new session per artifact.
+type nodeConns struct {
+	e     *Engine
+	conns map[int32]*pgx.Conn
+}
+
+func (e *Engine) newNodeConns() *nodeConns { return &nodeConns{e: e, conns: map[int32]*pgx.Conn{}} }
+
+// get returns the node's session, opening it on first use.
+func (c *nodeConns) get(ctx context.Context, n metadata.Node) (*pgx.Conn, error) {
+	if conn, ok := c.conns[n.GroupID]; ok && !conn.IsClosed() {
+		return conn, nil
+	}
+	conn, err := c.e.connect(ctx, n)
+	if err != nil {
+		return nil, err
+	}
+	c.conns[n.GroupID] = conn
+	return conn, nil
+}
+
+// forget closes the node's session after an error, so the next use opens
+// a fresh one.
+func (c *nodeConns) forget(ctx context.Context, n metadata.Node) {
+	if conn, ok := c.conns[n.GroupID]; ok {
+		conn.Close(context.WithoutCancel(ctx))
+		delete(c.conns, n.GroupID)
+	}
+}
+
+func (c *nodeConns) close(ctx context.Context) {
+	for g, conn := range c.conns {
+		conn.Close(context.WithoutCancel(ctx))
+		delete(c.conns, g)
+	}
+}
+
+// dropOne drops one recorded artifact through the node's session in conns;
+// a missing artifact is not an error.
+func (e *Engine) dropOne(ctx context.Context, conns *nodeConns, n metadata.Node, rec metadata.CleanupRecord) (err error) {
+	conn, err := conns.get(ctx, n)
 	if err != nil {
 		return err
 	}
-	defer conn.Close(ctx)
+	defer func() {
+		if err != nil {
+			conns.forget(ctx, n)
+		}
+	}()
 	switch rec.ObjectType {
 	case metadata.ObjectSlot:
 		err = replication.DropSlot(ctx, conn, rec.Name)

@@ -46,9 +46,12 @@ func closeBoth(ctx context.Context, conns ...*pgx.Conn) {
 // exported snapshot. Anything a crashed earlier attempt left is dropped
 // first: every artifact was recorded before it was created.
 func (r *run) setup(ctx context.Context, m metadata.Move) error {
+	sp := newSplits()
+	defer sp.log(r.log, "setup timings")
 	if err := r.dropArtifacts(ctx, m, metadata.CleanupAlways, metadata.CleanupOnFailure); err != nil {
 		return err
 	}
+	sp.mark("leftovers")
 	// On Citus, reference tables first, as Citus does before a move.
 	if err := r.e.cat.EnsureReferenceTables(ctx); err != nil {
 		return err
@@ -58,20 +61,24 @@ func (r *run) setup(ctx context.Context, m metadata.Move) error {
 		return err
 	}
 	defer closeBoth(ctx, src, dst)
+	sp.mark("connect")
 	for _, t := range shardIdents(m) {
 		ddl, err := metadata.ReadTableDDL(ctx, src, t)
 		if err != nil {
 			return err
 		}
+		sp.mark("read_ddl")
 		if err := r.e.cat.AddCleanup(ctx, m.ID, m.TargetGroup, metadata.ObjectTable, metadata.QualifiedName(t), metadata.CleanupOnFailure); err != nil {
 			return err
 		}
+		sp.mark("record")
 		// Identity columns are BY DEFAULT until the cutover's FinishStatements.
 		if err := metadata.RunDDL(ctx, dst, "CREATE SCHEMA IF NOT EXISTS "+pgx.Identifier{t[0]}.Sanitize(),
 			ddl.CreateStatement(t, "", metadata.MoveTarget)); err != nil {
 			return fmt.Errorf("create %s on %s: %w", t.Sanitize(), r.target.Addr(), err)
 		}
 	}
+	sp.mark("create")
 	name := m.Name()
 	if err := r.e.cat.AddCleanup(ctx, m.ID, m.SourceGroup, metadata.ObjectPublication, name, metadata.CleanupAlways); err != nil {
 		return err
@@ -85,16 +92,19 @@ func (r *run) setup(ctx context.Context, m metadata.Move) error {
 	if err := r.e.cat.AddCleanup(ctx, m.ID, m.SourceGroup, metadata.ObjectSlot, name, metadata.CleanupAlways); err != nil {
 		return err
 	}
+	sp.mark("publication")
 	// The copy stage begins with the slot: its snapshot is held open and
 	// the slot retains WAL until the copy is done, so a move waits for its
 	// turn before creating it.
 	if err := r.holdCopySlot(ctx); err != nil {
 		return err
 	}
+	sp.mark("copy_turn")
 	snap, err := replication.CreateSlot(ctx, r.e.dsn(r.source), name)
 	if err != nil {
 		return err
 	}
+	sp.mark("slot")
 	r.snapshot = snap
 	r.log.Info("slot created", zap.String("slot", name), zap.Stringer("lsn", snap.ConsistentLSN))
 	if err := r.e.cat.SetProgress(ctx, m.ID, 0, 0, snap.ConsistentLSN.String(), ""); err != nil {

@@ -32,17 +32,20 @@ func (e *Engine) Preflight(ctx context.Context, spec metadata.MoveSpec) error {
 	if err := e.checkMoveable(ctx, m); err != nil {
 		return err
 	}
-	return e.checkNodes(ctx, m, src, dst, false)
+	return e.checkNodes(ctx, m, src, dst, false, nil)
 }
 
 // preflight runs every check again at the start of a scheduled move (the
 // cluster may have changed since it was planned). Leftovers named after
 // this move are dropped (they are this move's own, from a crashed attempt).
 func (e *Engine) preflight(ctx context.Context, m metadata.Move, src, dst metadata.Node) error {
+	sp := newSplits()
+	defer sp.log(e.log.With(zap.Int64("move_id", m.ID)), "preflight timings")
 	if err := e.checkMoveable(ctx, m); err != nil {
 		return err
 	}
-	return e.checkNodes(ctx, m, src, dst, true)
+	sp.mark("catalog")
+	return e.checkNodes(ctx, m, src, dst, true, sp)
 }
 
 // checkMoveable checks the catalog side: flavor, nodes, and that every shard
@@ -94,7 +97,7 @@ func (e *Engine) checkMoveable(ctx context.Context, m metadata.Move) error {
 
 // checkNodes checks the servers: settings, free slots and senders, replica
 // identity, and names that would collide.
-func (e *Engine) checkNodes(ctx context.Context, m metadata.Move, src, dst metadata.Node, own bool) error {
+func (e *Engine) checkNodes(ctx context.Context, m metadata.Move, src, dst metadata.Node, own bool, sp *splits) error {
 	sc, err := e.connect(ctx, src)
 	if err != nil {
 		return invalidf("cannot reach the source %s: %v", src.Addr(), err)
@@ -105,6 +108,7 @@ func (e *Engine) checkNodes(ctx context.Context, m metadata.Move, src, dst metad
 		return invalidf("cannot reach the target %s: %v", dst.Addr(), err)
 	}
 	defer dc.Close(ctx)
+	sp.mark("connect")
 
 	capacity, err := replication.ReadSourceCapacity(ctx, sc)
 	if err != nil {
@@ -136,9 +140,11 @@ func (e *Engine) checkNodes(ctx context.Context, m metadata.Move, src, dst metad
 			return invalidf("the target %s does not have the citus extension; run CREATE EXTENSION citus there and add it with citus_add_node", dst.Addr())
 		}
 	}
+	sp.mark("capacity")
 	if err := replication.CheckReplicaIdentity(ctx, sc, shardIdents(m)); err != nil {
 		return invalidf("%v", err)
 	}
+	sp.mark("replica_identity")
 	{
 		// Room on the target. Preflight runs before setup, so none of
 		// this move's copy is there yet.
@@ -150,9 +156,11 @@ func (e *Engine) checkNodes(ctx context.Context, m metadata.Move, src, dst metad
 		if err := sc.QueryRow(ctx, `SELECT coalesce(sum(pg_total_relation_size(to_regclass(n))), 0)::int8 FROM unnest($1::text[]) n`, names).Scan(&size); err != nil {
 			return fmt.Errorf("measure shard group on %s: %w", src.Addr(), err)
 		}
+		sp.mark("size")
 		if err := e.checkRoom(ctx, m, size, dc, dst.Addr()); err != nil {
 			return err
 		}
+		sp.mark("room")
 	}
 	// On Citus, an old shard of an earlier move (Citus's or ours) may still
 	// wait for Citus's deferred cleanup on the target, holding the names:
@@ -160,6 +168,7 @@ func (e *Engine) checkNodes(ctx context.Context, m metadata.Move, src, dst metad
 	if err := e.cat.CleanupCitusOrphans(ctx); err != nil {
 		e.log.Warn("Citus's cleanup of old shards failed; name checks may refuse the move", zap.Error(err))
 	}
+	sp.mark("citus_cleanup")
 	// Names on the target: the shard tables must not exist there, unless
 	// they are this move's own copy from an earlier attempt.
 	for _, t := range shardIdents(m) {
@@ -191,6 +200,7 @@ func (e *Engine) checkNodes(ctx context.Context, m metadata.Move, src, dst metad
 			return invalidf("the target %s still holds an old copy of %s from an earlier move (index %s); run `shardmover cleanup --keep-old-for 0s` first", dst.Addr(), t.Sanitize(), collide)
 		}
 	}
+	sp.mark("names")
 	if !own {
 		return nil
 	}

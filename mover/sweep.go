@@ -70,6 +70,8 @@ func (e *Engine) Sweep(ctx context.Context, opts SweepOptions) (SweepReport, err
 	if err != nil {
 		return rep, err
 	}
+	conns := e.newNodeConns()
+	defer conns.close(ctx)
 	for _, rec := range recs {
 		n, ok := nodes[rec.NodeGroup]
 		item := SweepItem{Object: string(rec.ObjectType), Name: rec.Name}
@@ -96,7 +98,7 @@ func (e *Engine) Sweep(ctx context.Context, opts SweepOptions) (SweepReport, err
 			item.Why = "left by a finished move"
 		}
 		if !opts.DryRun {
-			if err := e.dropOne(ctx, n, rec); err != nil {
+			if err := e.dropOne(ctx, conns, n, rec); err != nil {
 				if errors.Is(err, metadata.ErrUnreachable) {
 					item.Why = "its node is unreachable; run cleanup again when it is back"
 					rep.Kept = append(rep.Kept, item)
@@ -133,7 +135,7 @@ func (e *Engine) Sweep(ctx context.Context, opts SweepOptions) (SweepReport, err
 		for _, it := range items {
 			if !opts.DryRun {
 				rec := metadata.CleanupRecord{ObjectType: metadata.ObjectKind(it.Object), Name: it.Name, NodeGroup: g}
-				if err := e.dropOne(ctx, n, rec); err != nil {
+				if err := e.dropOne(ctx, conns, n, rec); err != nil {
 					return rep, err
 				}
 			}
