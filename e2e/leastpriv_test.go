@@ -41,10 +41,30 @@ const moverRoleName = "shardmover_mover"
 // warning with SQLSTATE 42501): a change that makes the mover need a
 // privilege the document does not grant fails here.
 func TestLeastPrivilegeMoveAndRebalance(t *testing.T) {
+	runLeastPrivilege(t, false)
+}
+
+// TestLeastPrivilegeCitus is TestLeastPrivilegeMoveAndRebalance on a Citus
+// cluster (without the drain, which Citus does with its own functions), with
+// a reference table the new node lacks, so that the move's setup copies it
+// as the role. Loopback stays trusted there: Citus's nodes connect to each
+// other without passwords.
+func TestLeastPrivilegeCitus(t *testing.T) {
+	sandboxtest.RequireCitus(t)
+	runLeastPrivilege(t, true)
+}
+
+func runLeastPrivilege(t *testing.T, citus bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	// The administrator's view: superuser, sets up the cluster and the data.
-	sb, adm := sandboxtest.NewCompat(t, 2)
+	var sb *sandbox.Cluster
+	var adm *metadata.Catalog
+	if citus {
+		sb, adm = sandboxtest.NewCitus(t, 2)
+	} else {
+		sb, adm = sandboxtest.NewCompat(t, 2)
+	}
 	require.NoError(t, workload.Setup(ctx, adm, 8))
 	r, err := workload.NewRouter(ctx, adm, 8)
 	require.NoError(t, err)
@@ -52,17 +72,35 @@ func TestLeastPrivilegeMoveAndRebalance(t *testing.T) {
 	loadOpts := workload.LoadOptions{Seed: 5, Users: 1500, Events: 12000}
 	_, err = workload.Load(ctx, r, loadOpts)
 	require.NoError(t, err)
+	if citus {
+		for _, stmt := range []string{
+			`CREATE TABLE countries (code text PRIMARY KEY, name text NOT NULL)`,
+			`SELECT create_reference_table('countries')`,
+			`INSERT INTO countries VALUES ('de', 'Germany'), ('fr', 'France')`,
+		} {
+			_, err := adm.Pool().Exec(ctx, stmt)
+			require.NoError(t, err, stmt)
+		}
+	}
 	n, err := sb.AddNode(ctx)
 	require.NoError(t, err)
-	target, err := adm.AddNode(ctx, n.Host, n.Port, metadata.DefaultAddNodeOptions())
+	var target metadata.Node
+	if citus {
+		require.NoError(t, r.Refresh(ctx))
+		target, err = adm.NodeByAddr(ctx, n.Addr())
+	} else {
+		target, err = adm.AddNode(ctx, n.Host, n.Port, metadata.DefaultAddNodeOptions())
+	}
 	require.NoError(t, err)
 
 	role, err := sb.CreateMoverRole(ctx, moverRoleName, "pw-'"+fmt.Sprint(time.Now().UnixNano()))
 	require.NoError(t, err)
-	// The role's password is required (scram): a wrong one is refused.
-	wrong := sandbox.MoverRole{User: role.User, Password: "wrong"}
-	_, err = pgx.Connect(ctx, wrong.DSN(sb.Coordinator()))
-	require.Error(t, err, "the sandbox must require the mover role's password")
+	if !citus {
+		// The role's password is required (scram): a wrong one is refused.
+		wrong := sandbox.MoverRole{User: role.User, Password: "wrong"}
+		_, err = pgx.Connect(ctx, wrong.DSN(sb.Coordinator()))
+		require.Error(t, err, "the sandbox must require the mover role's password")
+	}
 
 	// The mover's view: the role's credentials only.
 	cat, err := metadata.Open(ctx, metadata.Config{Coordinator: role.DSN(sb.Coordinator())})
@@ -87,21 +125,52 @@ func TestLeastPrivilegeMoveAndRebalance(t *testing.T) {
 	bg := workload.Start(ctx, r, opts)
 	time.Sleep(300 * time.Millisecond)
 
-	// One move, as `shardmover move` does it.
-	eng := mover.New(cfg, cat)
-	require.NoError(t, eng.Recover(ctx))
+	// One move, as `shardmover move` does it, killed with its fence
+	// prepared: a new mover, as the role, settles what the first one
+	// prepared (only the role that prepared a transaction, or a superuser,
+	// may finish it) and completes the move.
 	cl, err := cat.Snapshot(ctx, metadata.SnapshotOptions{})
 	require.NoError(t, err)
-	first := cl.Groups[0]
-	specs, err := eng.Resolve(ctx, []mover.Request{{ShardID: first.ShardIDs[0], Target: target}})
-	require.NoError(t, err)
-	require.NoError(t, eng.Preflight(ctx, specs[0]))
-	_, moves, err := eng.Schedule(ctx, "move", specs)
-	require.NoError(t, err)
-	require.NoError(t, eng.Run(ctx, moves[0].ID))
-	m, err := cat.Move(ctx, moves[0].ID)
+	first, second := cl.Groups[0], cl.Groups[1]
+	schedule := func(eng *mover.Engine, g metadata.ShardGroup) int64 {
+		specs, err := eng.Resolve(ctx, []mover.Request{{ShardID: g.ShardIDs[0], Target: target}})
+		require.NoError(t, err)
+		require.NoError(t, eng.Preflight(ctx, specs[0]))
+		_, moves, err := eng.Schedule(ctx, "move", specs)
+		require.NoError(t, err)
+		return moves[0].ID
+	}
+	killed := cfg
+	killed.CutoverStep = func(_ int64, step string) error {
+		if step == "prepared" {
+			return errors.New("kill")
+		}
+		return nil
+	}
+	id := schedule(mover.New(killed, cat), first)
+	require.ErrorIs(t, mover.New(killed, cat).Run(ctx, id), mover.ErrKilled)
+	eng := mover.New(cfg, cat)
+	require.NoError(t, eng.Recover(ctx))
+	require.NoError(t, eng.Run(ctx, id))
+	m, err := cat.Move(ctx, id)
 	require.NoError(t, err)
 	require.Equal(t, "done", string(m.Phase), "the move as the mover role: %s", m.Error)
+
+	// A move cancelled after its copy: rolled back as the role, the group
+	// stays on its source.
+	cancelled := cfg
+	cancelled.AfterPhase = func(id int64, p mover.Phase) error {
+		if p == mover.Indexing {
+			_, err := cat.RequestCancel(ctx, id)
+			return err
+		}
+		return nil
+	}
+	id = schedule(eng, second)
+	require.Error(t, mover.New(cancelled, cat).Run(ctx, id))
+	m, err = cat.Move(ctx, id)
+	require.NoError(t, err)
+	require.Equal(t, "cancelled", string(m.Phase), "the cancelled move: %s", m.Error)
 
 	// A rebalance, as `shardmover rebalance` does it.
 	runner := scheduler.NewRunner(cat, cfg, nil)
@@ -115,15 +184,17 @@ func TestLeastPrivilegeMoveAndRebalance(t *testing.T) {
 	t.Logf("rebalance: %d moves done", out.Result.Done)
 
 	// A drain of the first worker, as `shardmover drain` does it (it also
-	// sets the node's shouldhaveshards).
+	// sets the node's shouldhaveshards; on Citus that is Citus's function).
 	drained := sb.Workers()[0]
-	out, err = runner.Drain(ctx, drained.Addr(), scheduler.PlanOptions{Strategy: "by_shard_count", MaxPerNode: 1, MaxMoves: 100},
-		mover.Limits{Concurrency: 2, PerNode: 1})
-	require.NoError(t, err)
-	require.NotNil(t, out.Job, "the drain must plan moves off %s: %+v", drained.Addr(), out.Plan)
-	assert.Positive(t, out.Result.Done)
-	assert.Zero(t, out.Result.Failed+out.Result.Cancelled+out.Result.Unfinished, "drain result %+v", out.Result)
-	t.Logf("drain: %d moves done", out.Result.Done)
+	if !citus {
+		out, err = runner.Drain(ctx, drained.Addr(), scheduler.PlanOptions{Strategy: "by_shard_count", MaxPerNode: 1, MaxMoves: 100},
+			mover.Limits{Concurrency: 2, PerNode: 1})
+		require.NoError(t, err)
+		require.NotNil(t, out.Job, "the drain must plan moves off %s: %+v", drained.Addr(), out.Plan)
+		assert.Positive(t, out.Result.Done)
+		assert.Zero(t, out.Result.Failed+out.Result.Cancelled+out.Result.Unfinished, "drain result %+v", out.Result)
+		t.Logf("drain: %d moves done", out.Result.Done)
+	}
 
 	time.Sleep(300 * time.Millisecond)
 	run, err := bg.Stop()
@@ -144,7 +215,7 @@ func TestLeastPrivilegeMoveAndRebalance(t *testing.T) {
 	// Every move done and its group on its target.
 	all, err := cat.Moves(ctx, metadata.MoveFilter{})
 	require.NoError(t, err)
-	require.Greater(t, len(all), 1)
+	require.Greater(t, len(all), 2)
 	after, err := adm.Snapshot(ctx, metadata.SnapshotOptions{SkipSizes: true})
 	require.NoError(t, err)
 	groupOf := map[string]int32{}
@@ -160,19 +231,60 @@ func TestLeastPrivilegeMoveAndRebalance(t *testing.T) {
 	}
 	sort.Slice(all, func(i, j int) bool { return all[i].ID < all[j].ID })
 	last := map[string]metadata.Move{}
-	for _, mv := range all {
-		assert.Equal(t, "done", string(mv.Phase), "move %d: %s", mv.ID, mv.Error)
+	for i, mv := range all {
+		want := "done"
+		if i == 1 {
+			want = "cancelled"
+		}
+		assert.Equal(t, want, string(mv.Phase), "move %d: %s", mv.ID, mv.Error)
 		last[fmt.Sprintf("%d:%d", mv.ColocationID, mv.ShardIndex)] = mv
 	}
 	for key, mv := range last {
+		if string(mv.Phase) == "cancelled" {
+			assert.Equal(t, mv.SourceGroup, groupOf[key], "move %d (cancelled): group %s must stay on its source", mv.ID, key)
+			continue
+		}
 		assert.Equal(t, mv.TargetGroup, groupOf[key], "move %d: group %s must be placed on its target", mv.ID, key)
 	}
 	assert.Equal(t, target.GroupID, groupOf[first.Key()])
-	drainedNode, err := adm.NodeByAddr(ctx, drained.Addr())
-	require.NoError(t, err)
-	assert.False(t, drainedNode.ShouldHaveShards, "the drained node must not take shards")
-	for key, g := range groupOf {
-		assert.NotEqual(t, drainedNode.GroupID, g, "group %s is still on the drained node", key)
+	if !citus {
+		drainedNode, err := adm.NodeByAddr(ctx, drained.Addr())
+		require.NoError(t, err)
+		assert.False(t, drainedNode.ShouldHaveShards, "the drained node must not take shards")
+		for key, g := range groupOf {
+			assert.NotEqual(t, drainedNode.GroupID, g, "group %s is still on the drained node", key)
+		}
+	} else {
+		// Every metadata node routes as the coordinator does, and Citus's
+		// cleanup, run by the role, drops the old shards.
+		coord, err := cat.ConnectNode(ctx, sb.Coordinator().Host, sb.Coordinator().Port)
+		require.NoError(t, err)
+		want, err := metadata.NodePlacements(ctx, coord)
+		coord.Close(ctx)
+		require.NoError(t, err)
+		for _, w := range sb.Workers() {
+			conn, err := cat.ConnectNode(ctx, w.Host, w.Port)
+			require.NoError(t, err)
+			got, err := metadata.NodePlacements(ctx, conn)
+			conn.Close(ctx)
+			require.NoError(t, err)
+			assert.Equal(t, want, got, "pg_dist_placement on %s must equal the coordinator's", w.Addr())
+		}
+		var refs int
+		require.NoError(t, adm.Pool().QueryRow(ctx, `SELECT count(*) FROM pg_dist_placement p JOIN pg_dist_shard s USING (shardid)
+			WHERE s.logicalrelid = 'countries'::regclass AND p.groupid = $1`, target.GroupID).Scan(&refs))
+		assert.Equal(t, 1, refs, "the move's setup must have copied the reference table to the new node as the role")
+		var pending []string
+		for try := 0; try < 10; try++ {
+			require.NoError(t, cat.CleanupCitusOrphans(ctx))
+			pending, err = cat.CitusCleanupPending(ctx)
+			require.NoError(t, err)
+			if len(pending) == 0 {
+				break
+			}
+			time.Sleep(time.Second)
+		}
+		assert.Empty(t, pending, "Citus's cleanup must have dropped every old shard")
 	}
 
 	// Nothing left behind, read as the superuser (who sees everything).

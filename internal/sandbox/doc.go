@@ -29,4 +29,8 @@
 //     citus_set_coordinator_host and every worker, AddNode's too, is added
 //     with citus_add_node, which syncs the metadata to it (Citus 11+). The
 //     flavor is persisted; plain Up keeps the compat cluster unchanged.
+//   - CreateMoverRole makes, on every node, the non-superuser role of
+//     docs/privileges.md with exactly its script (moverrole.sql) and gives
+//     the application tables to TableOwner, whose member the role becomes;
+//     on a compat sandbox the role must then log in with its password.
 package sandbox

@@ -52,8 +52,9 @@ func (r MoverRole) DSN(n Node) string {
 // (scram-sha-256, for normal and replication connections), so a test run
 // as the role proves that the password reaches every connection; on a Citus
 // sandbox, whose nodes connect to each other without passwords, loopback
-// stays trusted. Run it again after AddNode or after new tables were
-// created.
+// stays trusted, and TableOwner may log in and create in public, which
+// Citus needs to copy reference tables to a new node. Run it again after
+// AddNode or after new tables were created.
 func (c *Cluster) CreateMoverRole(ctx context.Context, name, password string) (MoverRole, error) {
 	if name == "" || password == "" {
 		return MoverRole{}, fmt.Errorf("%w: the mover role needs a name and a password", ErrBadConfig)
@@ -93,6 +94,16 @@ func (c *Cluster) createMoverRoleOn(ctx context.Context, n Node, vars map[string
 	if !exists {
 		if _, err := conn.Exec(ctx, "CREATE ROLE "+owner+" NOLOGIN"); err != nil {
 			return err
+		}
+	}
+	if c.Citus {
+		// Citus copies reference tables to a new node by connecting to
+		// it as their owner, who must log in and create in their schema
+		// (docs/privileges.md, Citus).
+		for _, stmt := range []string{"ALTER ROLE " + owner + " LOGIN", "GRANT CREATE ON SCHEMA public TO " + owner} {
+			if _, err := conn.Exec(ctx, stmt); err != nil {
+				return err
+			}
 		}
 	}
 	rows, err := conn.Query(ctx, `SELECT n.nspname, c.relname FROM pg_catalog.pg_class c
