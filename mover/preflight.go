@@ -110,6 +110,12 @@ func (e *Engine) checkNodes(ctx context.Context, m metadata.Move, src, dst metad
 	defer dc.Close(ctx)
 	sp.mark("connect")
 
+	// The move's slot and its applier's WAL sender; with Verify, a
+	// temporary slot (and its sender) for a moment before the cutover.
+	need, whyNeed := 1, ""
+	if e.cfg.Verify {
+		need, whyNeed = 2, " (one more for --verify's temporary slot)"
+	}
 	capacity, err := replication.ReadSourceCapacity(ctx, sc)
 	if err != nil {
 		return fmt.Errorf("read settings of %s: %w", src.Addr(), err)
@@ -119,10 +125,12 @@ func (e *Engine) checkNodes(ctx context.Context, m metadata.Move, src, dst metad
 		return invalidf("the source %s has wal_level = %s; set wal_level = logical and restart it", src.Addr(), capacity.WALLevel)
 	case capacity.MaxPreparedTransactions == 0:
 		return invalidf("the source %s has max_prepared_transactions = 0; the cutover needs a prepared transaction: set it above 0 and restart it", src.Addr())
-	case capacity.SlotsUsed >= capacity.SlotsMax:
-		return invalidf("the source %s has no free replication slot (%d of %d used); raise max_replication_slots or drop unused slots", src.Addr(), capacity.SlotsUsed, capacity.SlotsMax)
-	case capacity.SendersUsed >= capacity.SendersMax:
-		return invalidf("the source %s has no free WAL sender (%d of %d used); raise max_wal_senders", src.Addr(), capacity.SendersUsed, capacity.SendersMax)
+	case capacity.SlotsUsed+need > capacity.SlotsMax:
+		return invalidf("the source %s has %d of %d replication slots free and the move needs %d%s; raise max_replication_slots or drop unused slots",
+			src.Addr(), max(capacity.SlotsMax-capacity.SlotsUsed, 0), capacity.SlotsMax, need, whyNeed)
+	case capacity.SendersUsed+need > capacity.SendersMax:
+		return invalidf("the source %s has %d of %d WAL senders free and the move needs %d%s; raise max_wal_senders",
+			src.Addr(), max(capacity.SendersMax-capacity.SendersUsed, 0), capacity.SendersMax, need, whyNeed)
 	}
 	originsMax, originsUsed, err := replication.ReadOriginCapacity(ctx, dc)
 	if err != nil {
