@@ -55,3 +55,13 @@ func TestWALLimitErrorIsOneSentence(t *testing.T) {
 	msg = (&walLimitError{moveID: 7, source: "s:1", retained: 5 << 30, limit: 4 << 30, byDisk: true, free: 8 << 30, fraction: 0.5}).Error()
 	assert.Contains(t, msg, "more than the limit 4.0 GiB (0.5 of the 8.0 GiB free on its disk)")
 }
+
+func TestSlotMoveID(t *testing.T) {
+	for name, want := range map[string]int64{
+		"shardmover_12": 12, "shardmover_12_verify": 12, "shardmover_x": 0, "other_12": 0, "shardmover_0": 0, "shardmover_12_other": 0,
+	} {
+		if got := slotMoveID(name); got != want {
+			t.Errorf("slotMoveID(%q) = %d, want %d", name, got, want)
+		}
+	}
+}

@@ -84,9 +84,12 @@ func nodeSlots(ctx context.Context, cat ClusterReader, n metadata.Node) ([]metad
 	return out, nil
 }
 
-// slotMoveID is the move id in a slot named shardmover_<id>, or 0.
+// slotMoveID is the move id in a slot named shardmover_<id> (or
+// shardmover_<id>_verify), or 0.
 func slotMoveID(name string) int64 {
-	id, err := strconv.ParseInt(strings.TrimPrefix(name, slotPrefix), 10, 64)
+	// A move's own slot, or the temporary slot its verify makes for a
+	// moment before the cutover (shardmover_<id>_verify).
+	id, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimPrefix(name, slotPrefix), "_verify"), 10, 64)
 	if err != nil || id <= 0 || !strings.HasPrefix(name, slotPrefix) {
 		return 0
 	}
