@@ -136,6 +136,8 @@ func (r *run) tryCutover(ctx context.Context, m metadata.Move, c cutoverConns) e
 		return err
 	}
 	pauseStart := time.Now()
+	sp := &splits{last: pauseStart}
+	defer sp.log(r.log, "cutover timings")
 	// On Citus, Citus-routed writes are blocked first: the decision opens
 	// now and takes the coordinator's metadata lock, then every metadata
 	// node's, in group order, all before the source table lock.
@@ -153,6 +155,7 @@ func (r *run) tryCutover(ctx context.Context, m metadata.Move, c cutoverConns) e
 	if _, err := pgsql.ExecOne(preCtx, tx.Conn(), "LOCK TABLE "+strings.Join(names, ", ")+" IN EXCLUSIVE MODE"); err != nil {
 		return fmt.Errorf("lock source shards: %w", err)
 	}
+	sp.mark("lock")
 	// The insert position, not pg_current_wal_lsn() (the write position):
 	// with synchronous_commit = off a commit is acknowledged before its WAL
 	// is written, so only the insert position is sure to be past every
@@ -171,6 +174,7 @@ func (r *run) tryCutover(ctx context.Context, m metadata.Move, c cutoverConns) e
 	if err := flushWAL(preCtx, c.flush); err != nil {
 		return fmt.Errorf("flush the source's WAL: %w", err)
 	}
+	sp.mark("flush")
 	if err := r.atCutoverStep(CutoverLocked); err != nil {
 		return err
 	}
@@ -188,6 +192,7 @@ func (r *run) tryCutover(ctx context.Context, m metadata.Move, c cutoverConns) e
 		}
 		return err
 	}
+	sp.mark("applier")
 	if err := r.atCutoverStep(CutoverCaughtUp); err != nil {
 		return err
 	}
@@ -207,6 +212,7 @@ func (r *run) tryCutover(ctx context.Context, m metadata.Move, c cutoverConns) e
 	if err := r.compareDefinitions(fenceCtx, m, tx, dtx); err != nil {
 		return err
 	}
+	sp.mark("definitions")
 	// Fence: rename the old shards inside the locking transaction.
 	var old []string
 	for _, t := range tables {
@@ -225,6 +231,7 @@ func (r *run) tryCutover(ctx context.Context, m metadata.Move, c cutoverConns) e
 			return fmt.Errorf("flip placements on the source %s: %w", r.source.Addr(), err)
 		}
 	}
+	sp.mark("fence")
 	gid := fenceGID(m.ID, m.CutoverEpoch)
 	if _, err := pgsql.ExecOne(fenceCtx, tx.Conn(), "PREPARE TRANSACTION "+quoteLiteral(gid)); err != nil {
 		// It may have been prepared all the same. No decision was sent for
@@ -241,6 +248,7 @@ func (r *run) tryCutover(ctx context.Context, m metadata.Move, c cutoverConns) e
 			return err
 		}
 	}
+	sp.mark("prepare")
 	if err := r.atCutoverStep(CutoverPrepared); err != nil {
 		return err
 	}
@@ -257,6 +265,7 @@ func (r *run) tryCutover(ctx context.Context, m metadata.Move, c cutoverConns) e
 		err = r.e.cat.CommitCutover(decideCtx, flip)
 	}
 	cancel()
+	sp.mark("decision")
 	if err != nil {
 		// Failed, timed out, or lost on the way back: only a settlement
 		// that waits for a decision in flight can say which.
@@ -333,21 +342,34 @@ func (e *errDefinitionChanged) Error() string { return e.msg }
 // the target transaction dtx, what finishes the target's identity columns
 // (the source's kind and sequence position, read under the lock).
 func (r *run) compareDefinitions(ctx context.Context, m metadata.Move, tx, dtx pgx.Tx) error {
-	for _, t := range shardIdents(m) {
-		want, err := metadata.ReadTableDDL(ctx, tx, t)
-		if err != nil {
-			return fmt.Errorf("read the definition of %s on the source: %w", t.Sanitize(), err)
+	// Both sides are read at once (two sessions): this runs inside the
+	// write pause.
+	tables := shardIdents(m)
+	want := make([]metadata.TableDDL, len(tables))
+	got := make([]metadata.TableDDL, len(tables))
+	read := func(q pgx.Tx, into []metadata.TableDDL, side string) error {
+		for i, t := range tables {
+			d, err := metadata.ReadTableDDL(ctx, q, t)
+			if err != nil {
+				return fmt.Errorf("read the definition of %s on the %s: %w", t.Sanitize(), side, err)
+			}
+			into[i] = d
 		}
-		got, err := metadata.ReadTableDDL(ctx, dtx, t)
-		if err != nil {
-			return fmt.Errorf("read the definition of %s on the target: %w", t.Sanitize(), err)
-		}
-		if diff := want.Diff(got); diff != "" {
+		return nil
+	}
+	tgtErr := make(chan error, 1)
+	go func() { tgtErr <- read(dtx, got, "target") }()
+	srcErr := read(tx, want, "source")
+	if err := errors.Join(srcErr, <-tgtErr); err != nil {
+		return err
+	}
+	for i, t := range tables {
+		if diff := want[i].Diff(got[i]); diff != "" {
 			return permanent(&errDefinitionChanged{msg: fmt.Sprintf(
 				"shard table %s changed on the source during the move (%s); schema changes are not replicated, so the move fails and the group stays on its source: move it again to copy the new definition",
 				t.Sanitize(), diff)})
 		}
-		for _, stmt := range want.FinishStatements(t) {
+		for _, stmt := range want[i].FinishStatements(t) {
 			if _, err := pgsql.ExecOne(ctx, dtx.Conn(), stmt); err != nil {
 				return fmt.Errorf("finish identity columns of %s on the target: %w", t.Sanitize(), err)
 			}
