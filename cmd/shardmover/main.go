@@ -71,7 +71,9 @@ func newRoot(g *globals) *cobra.Command {
 	}
 	root.SetFlagErrorFunc(flagError)
 	pf := root.PersistentFlags()
-	pf.StringVar(&g.coordinator, "coordinator", os.Getenv("SHARDMOVER_COORDINATOR"),
+	// No default from the environment here: cobra prints a flag's default
+	// in --help, and the connection string may hold a password.
+	pf.StringVar(&g.coordinator, "coordinator", "",
 		"coordinator connection string (env SHARDMOVER_COORDINATOR; default: the sandbox in --dir if running, else libpq's PG* environment)")
 	pf.StringVar(&g.nodeConninfo, "node-conninfo", "", "extra 'k=v ...' connection parameters for connections to other nodes")
 	pf.StringVar(&g.sandboxDir, "dir", ".sandbox", "sandbox directory")
@@ -87,10 +89,13 @@ func newRoot(g *globals) *cobra.Command {
 // catalog opens the coordinator's catalog with the resolution order of
 // docs/design.md section 11.
 func (g *globals) catalog(ctx context.Context) (*metadata.Catalog, error) {
-	if err := checkConninfo(g.coordinator, g.nodeConninfo); err != nil {
+	dsn := g.coordinator
+	if dsn == "" {
+		dsn = os.Getenv("SHARDMOVER_COORDINATOR")
+	}
+	if err := checkConninfo(dsn, g.nodeConninfo); err != nil {
 		return nil, err
 	}
-	dsn := g.coordinator
 	if dsn == "" {
 		if c, err := sandbox.Open(g.sandboxDir, g.log); err == nil {
 			st := c.Status(ctx)

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/spf13/cobra"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -53,6 +54,31 @@ func TestHelpListsEveryCommand(t *testing.T) {
 			assert.NotEmpty(t, sub.Short, c.Name()+" "+sub.Name())
 		}
 	}
+}
+
+// TestHelpHidesTheEnvironmentsConnectionString: --help of every command
+// shows no connection string from SHARDMOVER_COORDINATOR (cobra prints a
+// flag's default, and the coordinator flag once defaulted to it), while
+// the environment is still used to connect.
+func TestHelpHidesTheEnvironmentsConnectionString(t *testing.T) {
+	t.Setenv("SHARDMOVER_COORDINATOR", "host=127.0.0.1 port=1 user=alice password=hunter2 dbname=x")
+	var walk func(args []string, c *cobra.Command)
+	walk = func(args []string, c *cobra.Command) {
+		out, msg, code := run(t, append(args, "--help")...)
+		require.Equal(t, 0, code, "%v: %s", args, msg)
+		assert.NotContains(t, out, "hunter2", args)
+		assert.NotContains(t, out, "user=alice", args)
+		for _, sub := range c.Commands() {
+			if !sub.Hidden && sub.Name() != "help" {
+				walk(append(append([]string(nil), args...), sub.Name()), sub)
+			}
+		}
+	}
+	walk(nil, newRoot(&globals{}))
+	_, msg, code := run(t, "status")
+	assert.Equal(t, 2, code, msg)
+	assert.Contains(t, msg, "127.0.0.1:1", "the environment's coordinator is used")
+	assert.NotContains(t, msg, "hunter2")
 }
 
 func TestBadInputExitsTwo(t *testing.T) {
