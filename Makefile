@@ -36,9 +36,31 @@ lint:
 demo: deps build
 	./scripts/demo.sh
 
-## bench: benchmarks (ratios against baselines run side by side).
+## bench: the benchmarks BENCH_COUNT times, raw output in bin/bench.txt, then
+## BENCHMARKS.md generated from it (internal/benchreport), with the machine facts and
+## the load average sampled every 15 s. Each run is one `go test -count=1` per package
+## (one package at a time): -count=N would repeat each sub-benchmark back to back, so
+## shardmover's N rebalances would all run minutes before Citus's; run by run, every side
+## runs next to its baseline. About 30 minutes on 2 cores at these sizes.
+BENCH_COUNT ?= 3
+BENCH_ENV   ?= SHARDMOVER_BENCH_CITUS_MB=150 SHARDMOVER_BENCH_MB=64 SHARDMOVER_BENCH_CHANGES=30000 SHARDMOVER_BENCH_APPLY_ROWS=200000 SHARDMOVER_BENCH_EVENTS=60000
+BENCH_OUT   := bin/bench.txt
+BENCH_LOAD  := bin/bench-load.txt
+BENCH_GO1   := $(GO) test -p 1 -count=1 -run '^$$' -bench '^(BenchmarkCitusRebalance|BenchmarkApply|BenchmarkCopy|BenchmarkMoveUnderWorkload)$$' -benchtime=1x -timeout 60m ./scheduler ./replication ./e2e
+BENCH_GO2   := $(GO) test -count=1 -run '^$$' -bench '^BenchmarkPlan$$' -timeout 30m ./planner
 bench: deps
-	$(GO) test -run '^$$' -bench . -benchmem -timeout 60m $(PKGS)
+	@mkdir -p bin && rm -f $(BENCH_OUT) $(BENCH_LOAD)
+	start=$$(date +%s); st=0; \
+	( while :; do echo "$$(date +%s) $$(cat /proc/loadavg)" >> $(BENCH_LOAD); sleep 15; done ) & sampler=$$!; \
+	for i in $$(seq $(BENCH_COUNT)); do \
+		env $(BENCH_ENV) $(BENCH_GO1) >> $(BENCH_OUT) 2>&1 || st=1; \
+		$(BENCH_GO2) >> $(BENCH_OUT) 2>&1 || st=1; \
+	done; \
+	kill $$sampler; echo "$$(date +%s) $$(cat /proc/loadavg)" >> $(BENCH_LOAD); \
+	$(GO) run ./internal/benchreport/cmd/benchreport -in $(BENCH_OUT) -load $(BENCH_LOAD) -out BENCHMARKS.md -env '$(BENCH_ENV)' \
+		-command "make bench BENCH_COUNT=$(BENCH_COUNT), which runs $(BENCH_COUNT) times: env $(BENCH_ENV) $(BENCH_GO1); $(BENCH_GO2)" \
+		-took $$(( $$(date +%s) - start ))s || st=1; \
+	exit $$st
 
 ## reliability: the fault-injection tests (process kills at every phase and cutover step,
 ## network faults, node stops, bad CLI input) with each outcome recorded, then

@@ -6,6 +6,8 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -86,64 +88,156 @@ func BenchmarkCopy(b *testing.B) {
 	}
 }
 
-// BenchmarkApply applies the same backlog of mixed changes (per round 4
-// inserts, 4 updates and 2 deletes) with Stream and with PostgreSQL's own
-// CREATE SUBSCRIPTION, on the same nodes; the clock runs from the start of
-// the applier until the backlog's last transaction is visible on the target.
-// Two backlog shapes: each round one source transaction (txn10), and every
-// change its own transaction (txn1, as an OLTP application writes).
-// SHARDMOVER_BENCH_CHANGES sets the backlog size (default 30000).
+// applyRuns counts BenchmarkApply's shape runs in this process, so that
+// the side that goes first alternates from run to run (-count).
+var applyRuns int
+
+// applyShape is one backlog shape of BenchmarkApply.
+type applyShape struct {
+	name, table string
+	// changes is the number of row changes in the backlog (the marker row
+	// that ends it is not counted).
+	changes int
+	// preload fills the table identically on both sides before the slot
+	// is created ("" when it starts empty).
+	preload string
+	// backlog is the body of a DO block run on the source after the slot
+	// is created; the marker row (id -1) is inserted after it.
+	backlog string
+}
+
+// BenchmarkApply applies the same backlog with Stream and with PostgreSQL's
+// own CREATE SUBSCRIPTION, on the same nodes, side by side in every
+// iteration; the clock runs from the start of the applier until the
+// backlog's marker row (its last transaction) is visible on the target.
+//
+// Shapes (n = SHARDMOVER_BENCH_CHANGES, default 30000):
+//   - txn10: mixed changes, per round 4 inserts, 4 updates and 2 deletes in
+//     one source transaction (folding and grouping help here);
+//   - txn1: the same changes, each its own transaction (as an OLTP
+//     application writes);
+//   - insert: n inserts of new github_events-like rows (jsonb payload, a
+//     secondary index), each its own transaction: nothing to fold, and
+//     1-row transactions because that is how events arrive (one autocommit
+//     insert per event) and the per-transaction cost is what an applier
+//     must beat there;
+//   - update-random: n single-row updates, each its own transaction, of
+//     keys hashed from 1..n over a table of SHARDMOVER_BENCH_APPLY_ROWS
+//     rows (default 200000) loaded identically on both sides before the
+//     slot is created (about 7% of the keys repeat at the defaults, never
+//     next to each other).
+//
+// Before each timed side both tables are truncated (and reloaded), VACUUM
+// ANALYZEd, the slot is created, the backlog written, and a CHECKPOINT run
+// on both nodes, so that neither side inherits the other's dirty buffers or
+// a checkpoint falling into its window (SHARDMOVER_BENCH_APPLY_NOCHECKPOINT=1
+// skips the VACUUM and the CHECKPOINT, to see what they change). The side
+// Each iteration applies the backlog four times, A B B A, so that each side
+// is once first and once second of a pair (A alternates between iterations
+// and runs): measured alone, the side that went first of a pair was faster
+// in most pairs on a busy host, whichever it was.
+//
+// Metrics per shape: shardmover_changes/s and native_changes/s (changes
+// over the summed timed windows of that side), x_native, their ratio,
+// measured in the same run, and x_second_of_pair, the time of the second
+// applies of the pairs over the first (both sides in each; 1 when order
+// does not matter). On a shared host wall time moves with the other load,
+// so the CPU time of the window is measured too (every process of both
+// PostgreSQL instances, exited ones through their postmaster, plus this
+// process, which on the native side only polls): shardmover_changes/cpu_s,
+// native_changes/cpu_s and their ratio x_native_cpu. ns/op is the four
+// timed windows.
 func BenchmarkApply(b *testing.B) {
 	e := newEnv(b)
-	rounds := envInt("SHARDMOVER_BENCH_CHANGES", 30000) / 10
+	n := envInt("SHARDMOVER_BENCH_CHANGES", 30000)
+	rows := envInt("SHARDMOVER_BENCH_APPLY_ROWS", 200000)
+	checkpoint := os.Getenv("SHARDMOVER_BENCH_APPLY_NOCHECKPOINT") == ""
+	rounds := n / 10
 	e.both(`CREATE TABLE bench_apply (id bigint PRIMARY KEY, v bigint NOT NULL, t text NOT NULL)`)
+	e.both(`CREATE TABLE bench_events (id bigint PRIMARY KEY, user_id bigint NOT NULL, event_type text NOT NULL,
+		payload jsonb NOT NULL, created_at timestamptz NOT NULL)`)
+	e.both(`CREATE INDEX ON bench_events (event_type)`)
+	e.both(`CREATE TABLE bench_upd (id bigint PRIMARY KEY, v bigint NOT NULL, t text NOT NULL)`)
 	ctx := context.Background()
-	require.NoError(b, replication.CreatePublication(ctx, e.src, "bench_apply", []pgx.Identifier{{"public", "bench_apply"}}))
-	changes := 0
+	require.NoError(b, replication.CreatePublication(ctx, e.src, "bench_apply", []pgx.Identifier{
+		{"public", "bench_apply"}, {"public", "bench_events"}, {"public", "bench_upd"}}))
+	mixed := 0
 	for i := 0; i < rounds; i++ {
-		changes += 4 // inserts 4i+1..4i+4
+		mixed += 4 // inserts 4i+1..4i+4
 		if i >= 5 {
-			changes += 4 // updates 4i-19..4i-16
+			mixed += 4 // updates 4i-19..4i-16
 		}
 		if i >= 10 {
-			changes += 2 // deletes 4i-39, 4i-38
+			mixed += 2 // deletes 4i-39, 4i-38
 		}
 	}
 	poll := e.connect(e.tgtDSN)
+	meter := newCPUMeter(b, e.src, e.tgt)
 	// The launcher starts subscription workers at most every
 	// wal_retrieve_retry_interval (5 s): keep that out of the measurement.
 	e.exec(e.tgt, `ALTER SYSTEM SET wal_retrieve_retry_interval = '50ms'`)
 	e.exec(e.tgt, `SELECT pg_reload_conf()`)
 
-	shapes := []struct{ name, round string }{
-		{"txn10", `
-			INSERT INTO bench_apply SELECT g, 0, md5(g::text) FROM generate_series(4*i+1, 4*i+4) g;
-			UPDATE bench_apply SET v = v + 1, t = md5(t) WHERE id BETWEEN 4*i-19 AND 4*i-16;
-			DELETE FROM bench_apply WHERE id IN (4*i-39, 4*i-38);
-			COMMIT;`},
-		{"txn1", `
-			FOR g IN 4*i+1..4*i+4 LOOP INSERT INTO bench_apply VALUES (g, 0, md5(g::text)); COMMIT; END LOOP;
-			FOR g IN 4*i-19..4*i-16 LOOP UPDATE bench_apply SET v = v + 1, t = md5(t) WHERE id = g; COMMIT; END LOOP;
-			FOR g IN 4*i-39..4*i-38 LOOP DELETE FROM bench_apply WHERE id = g; COMMIT; END LOOP;`},
+	shapes := []applyShape{
+		{name: "txn10", table: "bench_apply", changes: mixed, backlog: fmt.Sprintf(`
+			FOR i IN 0..%d LOOP
+				INSERT INTO bench_apply SELECT g, 0, md5(g::text) FROM generate_series(4*i+1, 4*i+4) g;
+				UPDATE bench_apply SET v = v + 1, t = md5(t) WHERE id BETWEEN 4*i-19 AND 4*i-16;
+				DELETE FROM bench_apply WHERE id IN (4*i-39, 4*i-38);
+				COMMIT;
+			END LOOP;`, rounds-1)},
+		{name: "txn1", table: "bench_apply", changes: mixed, backlog: fmt.Sprintf(`
+			FOR i IN 0..%d LOOP
+				FOR g IN 4*i+1..4*i+4 LOOP INSERT INTO bench_apply VALUES (g, 0, md5(g::text)); COMMIT; END LOOP;
+				FOR g IN 4*i-19..4*i-16 LOOP UPDATE bench_apply SET v = v + 1, t = md5(t) WHERE id = g; COMMIT; END LOOP;
+				FOR g IN 4*i-39..4*i-38 LOOP DELETE FROM bench_apply WHERE id = g; COMMIT; END LOOP;
+			END LOOP;`, rounds-1)},
+		{name: "insert", table: "bench_events", changes: n, backlog: fmt.Sprintf(`
+			FOR g IN 1..%d LOOP
+				INSERT INTO bench_events VALUES (g, g %% 2000,
+					(ARRAY['PushEvent','WatchEvent','IssuesEvent','CreateEvent'])[1 + g %% 4],
+					jsonb_build_object('rev', g, 'repo', md5(g::text), 'ref', 'refs/heads/main', 'size', g %% 7),
+					timestamptz '2024-01-01 00:00:00+00' + g * interval '1 s');
+				COMMIT;
+			END LOOP;`, n)},
+		{name: "update-random", table: "bench_upd", changes: n,
+			preload: fmt.Sprintf(`INSERT INTO bench_upd SELECT g, 0, md5(g::text) FROM generate_series(1, %d) g`, rows),
+			backlog: fmt.Sprintf(`
+			FOR g IN 1..%d LOOP
+				UPDATE bench_upd SET v = v + 1, t = md5(t) WHERE id = 1 + abs(hashint8(g)::bigint) %% %d;
+				COMMIT;
+			END LOOP;`, n, rows)},
 	}
 	for _, shape := range shapes {
-		// backlog resets both sides, creates the slot and writes the backlog.
-		backlog := func(b *testing.B) {
-			e.exec(e.src, `TRUNCATE bench_apply`)
-			e.exec(e.tgt, `TRUNCATE bench_apply`)
+		marker := fmt.Sprintf(`INSERT INTO %s (id, v, t) VALUES (-1, 0, 'last')`, shape.table)
+		if shape.table == "bench_events" {
+			marker = `INSERT INTO bench_events VALUES (-1, 0, 'last', '{}', now())`
+		}
+		// prepare resets both sides, creates the slot and writes the backlog.
+		prepare := func(b *testing.B) {
+			for _, c := range []*pgx.Conn{e.src, e.tgt} {
+				e.exec(c, `TRUNCATE `+shape.table)
+				if shape.preload != "" {
+					e.exec(c, shape.preload)
+				}
+				if checkpoint {
+					e.exec(c, `VACUUM ANALYZE `+shape.table)
+				}
+			}
 			snap, err := replication.CreateSlot(ctx, e.srcDSN, "bench_apply")
 			require.NoError(b, err)
 			require.NoError(b, snap.Release(ctx))
-			e.exec(e.src, fmt.Sprintf(`DO $$ BEGIN
-				FOR i IN 0..%d LOOP %s
-				END LOOP;
-				INSERT INTO bench_apply VALUES (-1, 0, 'last');
-			END $$`, rounds-1, shape.round))
+			e.exec(e.src, `DO $$ BEGIN `+shape.backlog+` `+marker+`; END $$`)
+			if checkpoint {
+				e.exec(e.src, `CHECKPOINT`)
+				e.exec(e.tgt, `CHECKPOINT`)
+			}
 		}
 		waitLast := func(b *testing.B) {
+			q := `SELECT EXISTS (SELECT 1 FROM ` + shape.table + ` WHERE id = -1)`
 			for {
 				var done bool
-				require.NoError(b, poll.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM bench_apply WHERE id = -1)`).Scan(&done))
+				require.NoError(b, poll.QueryRow(ctx, q).Scan(&done))
 				if done {
 					return
 				}
@@ -151,41 +245,165 @@ func BenchmarkApply(b *testing.B) {
 			}
 		}
 		verify := func(b *testing.B) {
-			e.assertSame("bench_apply", "id")
+			e.assertSame(shape.table, "id")
 			require.NoError(b, replication.DropSlot(ctx, e.src, "bench_apply"))
 		}
-
-		b.Run(shape.name+"/shardmover", func(b *testing.B) {
-			for i := 0; i < b.N; i++ {
-				b.StopTimer()
-				backlog(b)
+		// The two sides: each applies the backlog prepare wrote, from the
+		// timer's start until the marker is visible, then stops and cleans
+		// up with the timer stopped.
+		sides := [2]struct {
+			name  string
+			apply func(b *testing.B)
+		}{
+			{"shardmover", func(b *testing.B) {
 				require.NoError(b, replication.DropOrigin(ctx, e.tgt, "bench_apply"))
+				cpu0, self0 := meter.sample()
 				b.StartTimer()
+				start := time.Now()
 				r := e.run(e.streamConfig("bench_apply", 0))
 				waitLast(b)
 				b.StopTimer()
+				sideTime[0] += time.Since(start)
+				sideCPU[0] += meter.since(cpu0, self0)
 				require.NoError(b, r.stop())
-				verify(b)
+			}},
+			{"create-subscription", func(b *testing.B) {
+				cpu0, self0 := meter.sample()
 				b.StartTimer()
-			}
-			b.ReportMetric(float64(changes*b.N)/b.Elapsed().Seconds(), "changes/s")
-		})
-		b.Run(shape.name+"/create-subscription", func(b *testing.B) {
-			for i := 0; i < b.N; i++ {
-				b.StopTimer()
-				backlog(b)
-				b.StartTimer()
+				start := time.Now()
 				e.exec(e.tgt, `CREATE SUBSCRIPTION bench_sub CONNECTION '`+e.srcDSN+`' PUBLICATION bench_apply
 					WITH (copy_data = false, create_slot = false, slot_name = 'bench_apply', enabled = true)`)
 				waitLast(b)
 				b.StopTimer()
+				sideTime[1] += time.Since(start)
+				sideCPU[1] += meter.since(cpu0, self0)
 				e.exec(e.tgt, `ALTER SUBSCRIPTION bench_sub DISABLE`)
 				e.exec(e.tgt, `ALTER SUBSCRIPTION bench_sub SET (slot_name = NONE)`)
 				e.exec(e.tgt, `DROP SUBSCRIPTION bench_sub`)
-				verify(b)
-				b.StartTimer()
+			}},
+		}
+
+		b.Run(shape.name, func(b *testing.B) {
+			sideTime, sideCPU = [2]time.Duration{}, [2]time.Duration{}
+			var pos [2]time.Duration // first and second of each pair
+			b.StopTimer()
+			for i := 0; i < b.N; i++ {
+				// A B B A: each side once first and once second of a pair,
+				// A alternating from run to run.
+				a := (applyRuns + i) % 2
+				order := [4]int{a, 1 - a, 1 - a, a}
+				var took [4]time.Duration
+				for k, s := range order {
+					before := sideTime[s]
+					prepare(b)
+					sides[s].apply(b)
+					verify(b)
+					took[k] = sideTime[s] - before
+					pos[k%2] += took[k]
+				}
+				var line strings.Builder
+				for k, s := range order {
+					fmt.Fprintf(&line, "%s %s (%.0f changes/s); ", sides[s].name, took[k].Round(time.Millisecond), float64(shape.changes)/took[k].Seconds())
+				}
+				b.Logf("%s: %s", shape.name, line.String())
 			}
-			b.ReportMetric(float64(changes*b.N)/b.Elapsed().Seconds(), "changes/s")
+			applyRuns++
+			sm := float64(2*shape.changes*b.N) / sideTime[0].Seconds()
+			native := float64(2*shape.changes*b.N) / sideTime[1].Seconds()
+			b.ReportMetric(sm, "shardmover_changes/s")
+			b.ReportMetric(native, "native_changes/s")
+			b.ReportMetric(sm/native, "x_native")
+			b.ReportMetric(pos[1].Seconds()/pos[0].Seconds(), "x_second_of_pair")
+			smCPU := float64(2*shape.changes*b.N) / sideCPU[0].Seconds()
+			nativeCPU := float64(2*shape.changes*b.N) / sideCPU[1].Seconds()
+			b.ReportMetric(smCPU, "shardmover_changes/cpu_s")
+			b.ReportMetric(nativeCPU, "native_changes/cpu_s")
+			b.ReportMetric(smCPU/nativeCPU, "x_native_cpu")
 		})
 	}
 }
+
+// cpuMeter measures the CPU time (user + system) used by two PostgreSQL
+// instances and by this process: on a shared host the wall time of an
+// applier moves with whatever else runs, its CPU time much less.
+type cpuMeter struct{ postmasters []int }
+
+// procTicks reads utime+stime and cutime+cstime (in clock ticks) and the
+// parent and start time of a process from /proc/<pid>/stat.
+func procTicks(pid int) (own, reaped int64, ppid int, start string, ok bool) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, 0, 0, "", false
+	}
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:]) // f[0] is field 3, state
+	if len(f) < 20 {
+		return 0, 0, 0, "", false
+	}
+	n := func(i int) int64 { v, _ := strconv.ParseInt(f[i-3], 10, 64); return v }
+	return n(14) + n(15), n(16) + n(17), int(n(4)), f[22-3], true
+}
+
+func newCPUMeter(b *testing.B, conns ...*pgx.Conn) cpuMeter {
+	var m cpuMeter
+	for _, c := range conns {
+		var pid int
+		require.NoError(b, c.QueryRow(context.Background(), `SELECT pg_backend_pid()`).Scan(&pid))
+		_, _, ppid, _, ok := procTicks(pid)
+		require.True(b, ok, "read /proc/%d/stat", pid)
+		m.postmasters = append(m.postmasters, ppid)
+	}
+	return m
+}
+
+// sample is the ticks of every live process of the instances (keyed by pid
+// and start time, so a reused pid is another process), the postmasters'
+// own and reaped ticks under key "", and this process's CPU time.
+func (m cpuMeter) sample() (map[string]int64, time.Duration) {
+	out := map[string]int64{}
+	pm := map[int]bool{}
+	for _, p := range m.postmasters {
+		pm[p] = true
+		own, reaped, _, _, _ := procTicks(p)
+		out[""] += own + reaped
+	}
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if own, _, ppid, start, ok := procTicks(pid); ok && pm[ppid] {
+			out[e.Name()+"@"+start] = own
+		}
+	}
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	self := time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	return out, self
+}
+
+// since is the CPU time used since the sample: processes alive then are
+// counted from their value then, processes that exited since are in their
+// postmaster's reaped ticks (assumes 100 ticks a second, Linux's USER_HZ).
+func (m cpuMeter) since(start map[string]int64, startSelf time.Duration) time.Duration {
+	end, self := m.sample()
+	var ticks int64
+	for k, v := range end {
+		ticks += v - start[k]
+	}
+	for k, v := range start {
+		if _, alive := end[k]; !alive && k != "" {
+			ticks -= v
+		}
+	}
+	return time.Duration(ticks)*10*time.Millisecond + self - startSelf
+}
+
+// sideTime adds up BenchmarkApply's timed windows of one shape run:
+// [0] shardmover's Stream, [1] CREATE SUBSCRIPTION.
+var sideTime [2]time.Duration
+
+// sideCPU adds up the CPU time of both nodes' PostgreSQL processes and of
+// this process over the same windows.
+var sideCPU [2]time.Duration

@@ -21,7 +21,9 @@ package scheduler_test
 // (shards that changed node, sized by citus_shards before the rebalance),
 // data_MB (all github shards), max_write_ms and p99_write_ms (acknowledged
 // writes started during the rebalance), writes/s_during and writes/s_before
-// (the 5 s before it), errors (writes the workload saw fail),
+// (the 5 s before it), throughput_fraction (writes/s_during over
+// writes/s_before; the target is at least 0.8), moved_MB/s (moved_MB over
+// wall_s), errors (writes the workload saw fail),
 // max_cutover_ms (shardmover only: its longest cutover write pause, as it
 // measures it), and citus_plan_moves (Citus's plan by the same strategy
 // afterwards; 0 = Citus agrees the cluster is balanced). The workload's
@@ -160,8 +162,13 @@ func BenchmarkCitusRebalance(b *testing.B) {
 				b.ReportMetric(float64(dataBytes)/(1<<20), "data_MB")
 				b.ReportMetric(ms(maxLat), "max_write_ms")
 				b.ReportMetric(ms(workload.Percentile(res.Latencies, 99, start, end)), "p99_write_ms")
-				b.ReportMetric(float64(len(during))/wall.Seconds(), "writes/s_during")
-				b.ReportMetric(float64(beforeN)/start.Sub(warm).Seconds(), "writes/s_before")
+				b.ReportMetric(float64(movedBytes)/(1<<20)/wall.Seconds(), "moved_MB/s")
+				duringRate, beforeRate := float64(len(during))/wall.Seconds(), float64(beforeN)/start.Sub(warm).Seconds()
+				b.ReportMetric(duringRate, "writes/s_during")
+				b.ReportMetric(beforeRate, "writes/s_before")
+				if beforeRate > 0 {
+					b.ReportMetric(duringRate/beforeRate, "throughput_fraction")
+				}
 				b.ReportMetric(float64(errs), "errors")
 				b.ReportMetric(float64(planMoves), "citus_plan_moves")
 				top := during[:min(5, len(during))]

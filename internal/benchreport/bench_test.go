@@ -1,0 +1,237 @@
+package benchreport
+
+import (
+	"bytes"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+func parseFile(t *testing.T, name string) *Output {
+	t.Helper()
+	f, err := os.Open("testdata/" + name)
+	require.NoError(t, err)
+	defer f.Close()
+	o, err := Parse(f)
+	require.NoError(t, err)
+	return o
+}
+
+// testdata/citus-rebalance.txt is one real run of BenchmarkCitusRebalance
+// (SHARDMOVER_BENCH_CITUS_MB=150), logs included.
+func TestParseCitusRun(t *testing.T) {
+	o := parseFile(t, "citus-rebalance.txt")
+	require.Equal(t, "AMD EPYC", o.CPU)
+	require.Len(t, o.Results, 2)
+	sm, ci := o.Results[0], o.Results[1]
+	require.Equal(t, "github.com/shardmover/shardmover/scheduler", sm.Pkg)
+	require.Equal(t, "BenchmarkCitusRebalance/shardmover", sm.Name)
+	require.Equal(t, "BenchmarkCitusRebalance/citus", ci.Name)
+	require.Equal(t, 2, sm.Procs)
+	require.Equal(t, 0, sm.Run)
+	require.Equal(t, 0, ci.Run)
+	require.EqualValues(t, 1, sm.Iterations)
+	v, ok := sm.Get("ns/op")
+	require.True(t, ok)
+	require.Equal(t, 16364679062.0, v)
+	v, _ = sm.Get("wall_s")
+	require.Equal(t, 16.37, v)
+	v, _ = ci.Get("wall_s")
+	require.Equal(t, 66.07, v)
+	v, _ = ci.Get("writes/s_during")
+	require.Equal(t, 1272.0, v)
+	_, ok = ci.Get("max_cutover_ms")
+	require.False(t, ok, "Citus reports no cutover of its own")
+	require.Equal(t, "ns/op", sm.Metrics[0].Unit)
+	require.Len(t, sm.Metrics, 12)
+	require.Empty(t, o.Notes)
+	require.Empty(t, o.Failed)
+}
+
+// testdata/apply.txt is one real run of BenchmarkApply with -count=3
+// (each shape three times in a row, so runs 0, 1, 2), logs included, and
+// the trailing name of a result line whose figures come after other output.
+func TestParseApplyRuns(t *testing.T) {
+	o := parseFile(t, "apply.txt")
+	require.Equal(t, 3, o.Runs())
+	names := o.Names()
+	require.Equal(t, [][2]string{
+		{"github.com/shardmover/shardmover/replication", "BenchmarkApply/txn10"},
+		{"github.com/shardmover/shardmover/replication", "BenchmarkApply/txn1"},
+		{"github.com/shardmover/shardmover/replication", "BenchmarkApply/insert"},
+		{"github.com/shardmover/shardmover/replication", "BenchmarkApply/update-random"},
+	}, names)
+	for _, k := range names {
+		rs := o.Of(k[0], k[1])
+		require.Len(t, rs, 3, k[1])
+		for i, r := range rs {
+			require.Equal(t, i, r.Run)
+			sm, ok1 := r.Get("shardmover_changes/s")
+			na, ok2 := r.Get("native_changes/s")
+			x, ok3 := r.Get("x_native")
+			require.True(t, ok1 && ok2 && ok3, k[1])
+			// The line's ratio is its two rates' ratio (to the 4 digits printed).
+			require.InEpsilon(t, sm/na, x, 2e-3, k[1])
+		}
+	}
+}
+
+func TestParseBrokenLineAndNotes(t *testing.T) {
+	in := strings.Join([]string{
+		"pkg: example.com/p",
+		"BenchmarkA/x-2         \t",
+		"some log line the code under test printed",
+		"       1\t 470767234 ns/op\t      9102 native_changes/s",
+		"--- SKIP: BenchmarkCitusRebalance/citus",
+		"    citus_test.go:40: Citus is not installed",
+		"--- FAIL: BenchmarkCopy",
+		"    bench_test.go:12: boom",
+		"FAIL\texample.com/p\t12.3s",
+	}, "\n")
+	o, err := Parse(strings.NewReader(in))
+	require.NoError(t, err)
+	require.Len(t, o.Results, 1)
+	require.Equal(t, "BenchmarkA/x", o.Results[0].Name)
+	v, _ := o.Results[0].Get("native_changes/s")
+	require.Equal(t, 9102.0, v)
+	require.Equal(t, []Note{
+		{Pkg: "example.com/p", Name: "BenchmarkCitusRebalance/citus", Kind: "SKIP", Message: "citus_test.go:40: Citus is not installed"},
+		{Pkg: "example.com/p", Name: "BenchmarkCopy", Kind: "FAIL", Message: "bench_test.go:12: boom"},
+	}, o.Notes)
+	require.Equal(t, []string{"example.com/p"}, o.Failed)
+}
+
+func TestSplitName(t *testing.T) {
+	for in, want := range map[string]string{
+		"BenchmarkApply/update-random-2":     "BenchmarkApply/update-random",
+		"BenchmarkCopy/shardmover-4ranges-2": "BenchmarkCopy/shardmover-4ranges",
+		"BenchmarkCopy/psql-pipe":            "BenchmarkCopy/psql-pipe",
+	} {
+		got, _ := splitName(in)
+		require.Equal(t, want, got)
+	}
+}
+
+func TestStats(t *testing.T) {
+	require.Equal(t, Summary{}, Stats(nil))
+	require.Equal(t, Summary{N: 3, Min: 1.024, Median: 1.244, Max: 4.852}, Stats([]float64{1.244, 4.852, 1.024}))
+	require.Equal(t, Summary{N: 4, Min: 1, Median: 2.5, Max: 4}, Stats([]float64{4, 1, 3, 2}))
+}
+
+// The apply ratios are the lines' own x_native values, per run.
+func TestCompareWithin(t *testing.T) {
+	o := parseFile(t, "apply.txt")
+	rs := Compare(o, DefaultComparisons)
+	var got []Ratio
+	for _, r := range rs {
+		if strings.HasPrefix(r.Side, "BenchmarkApply/") && r.Metric == "x_native" {
+			got = append(got, r)
+		}
+	}
+	require.Len(t, got, 4)
+	for _, r := range got {
+		require.Equal(t, "apply "+strings.TrimPrefix(r.Side, "BenchmarkApply/")+", shardmover ÷ CREATE SUBSCRIPTION", r.Title)
+		var want []float64
+		for _, x := range o.Of("github.com/shardmover/shardmover/replication", r.Side) {
+			v, _ := x.Get("x_native")
+			want = append(want, v)
+		}
+		require.Equal(t, want, r.Values)
+	}
+}
+
+// The rebalance ratios divide the two sides of the same run.
+func TestComparePairs(t *testing.T) {
+	o := parseFile(t, "citus-rebalance.txt")
+	byMetric := map[string]Ratio{}
+	for _, r := range Compare(o, DefaultComparisons) {
+		if r.Side == "BenchmarkCitusRebalance/shardmover" {
+			byMetric[r.Metric] = r
+		}
+	}
+	require.InDeltaSlice(t, []float64{16.37 / 66.07}, byMetric["wall_s"].Values, 1e-12)
+	require.InDeltaSlice(t, []float64{605.6 / 1451}, byMetric["max_write_ms"].Values, 1e-12)
+	require.InDeltaSlice(t, []float64{22.94 / 25.24}, byMetric["p99_write_ms"].Values, 1e-12)
+	// This capture predates moved_MB/s: the row says so instead of a number.
+	require.Empty(t, byMetric["moved_MB/s"].Values)
+	require.Contains(t, byMetric["moved_MB/s"].Missing, "no run in which both")
+
+	// Runs pair by index: a second copy of the output is run 1 of both.
+	b, err := os.ReadFile("testdata/citus-rebalance.txt")
+	require.NoError(t, err)
+	o2, err := Parse(bytes.NewReader(append(append([]byte{}, b...), b...)))
+	require.NoError(t, err)
+	for _, r := range Compare(o2, DefaultComparisons) {
+		if r.Side == "BenchmarkCitusRebalance/shardmover" && r.Metric == "wall_s" {
+			require.InDeltaSlice(t, []float64{16.37 / 66.07, 16.37 / 66.07}, r.Values, 1e-12)
+		}
+	}
+}
+
+func TestCompareMissing(t *testing.T) {
+	in := "pkg: p\n--- SKIP: BenchmarkCitusRebalance\n    citus_test.go:40: Citus is not installed\n" +
+		"BenchmarkApply/txn1-2 \t 1\t 5 ns/op\t 2.0 x_native\n"
+	o, err := Parse(strings.NewReader(in))
+	require.NoError(t, err)
+	rs := Compare(o, DefaultComparisons)
+	var reb, cp *Ratio
+	for i := range rs {
+		switch {
+		case rs[i].Metric == "wall_s":
+			reb = &rs[i]
+		case rs[i].Metric == "MB/s":
+			cp = &rs[i]
+		}
+	}
+	require.NotNil(t, reb)
+	require.Equal(t, "BenchmarkCitusRebalance skipped: citus_test.go:40: Citus is not installed", reb.Missing)
+	require.NotNil(t, cp)
+	require.Contains(t, cp.Missing, "no benchmark matching")
+	require.Equal(t, "copy * ranges ÷ psql binary pipe", cp.Title)
+}
+
+func TestRender(t *testing.T) {
+	o := parseFile(t, "citus-rebalance.txt")
+	var buf bytes.Buffer
+	start := time.Unix(1796142890, 0).UTC()
+	require.NoError(t, Render(&buf, Report{
+		Output: o, Command: "make bench", Env: []string{"SHARDMOVER_BENCH_CITUS_MB=150"}, Took: 152 * time.Second,
+		Facts:  Facts{CPUModel: "AMD EPYC", CPUs: 2, Loads: []Load{{At: start, One: 8.51}, {At: start.Add(152 * time.Second), One: 9.14}}},
+		Ratios: Compare(o, DefaultComparisons),
+	}))
+	doc := buf.String()
+	require.Contains(t, doc, "| wall_s | BenchmarkCitusRebalance/citus | 1 | 0.248 | 0.248 | 0.248 |")
+	require.Contains(t, doc, "**The machine was busy:** the 1-minute load average reached 9.14 on 2 CPUs")
+	require.Contains(t, doc, "| `SHARDMOVER_BENCH_CITUS_MB` | 150 |")
+	require.Contains(t, doc, "| wall_s | 16.37 | 16.37 | 16.37 |")
+}
+
+// testdata/apply-abba.txt is a real run of the current BenchmarkApply (each
+// iteration A B B A, wall and CPU rates) with -count=2.
+func TestParseApplyABBA(t *testing.T) {
+	o := parseFile(t, "apply-abba.txt")
+	require.Equal(t, 2, o.Runs())
+	require.Len(t, o.Results, 8)
+	for _, r := range o.Results {
+		sm, _ := r.Get("shardmover_changes/cpu_s")
+		na, _ := r.Get("native_changes/cpu_s")
+		x, ok := r.Get("x_native_cpu")
+		require.True(t, ok, r.Name)
+		require.InEpsilon(t, sm/na, x, 2e-3, r.Name)
+	}
+	var cpu []float64
+	for _, r := range Compare(o, DefaultComparisons) {
+		if r.Side == "BenchmarkApply/txn10" && r.Metric == "x_native_cpu" {
+			cpu = r.Values
+		}
+	}
+	require.Equal(t, []float64{0.9862, 0.7534}, cpu)
+	s := Stats(cpu)
+	require.Equal(t, 2, s.N)
+	require.Equal(t, 0.7534, s.Min)
+	require.Equal(t, 0.9862, s.Max)
+	require.InDelta(t, 0.8698, s.Median, 1e-12)
+}

@@ -1,0 +1,39 @@
+// Package benchreport turns the output of repeated `go test -bench` runs
+// into BENCHMARKS.md.
+//
+// Contract:
+//
+//   - Parse reads the standard text format of `go test -bench` (lines such
+//     as `BenchmarkX/sub-2  1  123 ns/op  4.5 metric_name ...`, the
+//     `pkg:` header lines, `--- SKIP:` and `--- FAIL:` blocks and their first
+//     message line); log blocks and other lines are ignored. A result line
+//     broken by other output (the name printed, the figures a line later)
+//     is joined. The -N GOMAXPROCS suffix is taken off the name. Several
+//     runs may be concatenated in one input: the i-th line of a benchmark
+//     (package and name) is its run i, so two sub-benchmarks that run next
+//     to each other in one `go test` invocation have the same run index.
+//   - Stats gives min / median / max of a set of values (the median of an
+//     even count is the mean of the middle two).
+//   - A Comparison pairs a benchmark with its baseline (by a pattern on the
+//     name) and a metric, and takes the ratio side ÷ baseline in each run
+//     where both have the metric, or takes a metric the benchmark already
+//     reports as a ratio measured within one run (x_native). Only ratios of
+//     the same run are combined, as min / median / max over runs.
+//     DefaultComparisons are the ones BENCHMARKS.md shows; a comparison with
+//     no run is a row saying why (the skip or failure message of the
+//     benchmark, or that it was not in the output).
+//   - Render writes the document: the machine facts (CPU model and count,
+//     memory, OS, Go, PostgreSQL and Citus versions, the load average at the
+//     start and end of the run and its samples during it, with a sentence
+//     saying whether the machine was busy), the command and the sizes that
+//     produced it, the comparisons, then each benchmark's metrics as
+//     min / median / max over runs, and any skips and failures. Every figure
+//     is computed from the input; nothing is typed by hand.
+//   - Facts reads the machine facts from /proc, /etc/os-release, the
+//     PostgreSQL binaries and the Citus control file, and a load file of
+//     `unix_seconds loadavg-line` samples written while the benchmarks ran.
+//
+// `go run ./internal/benchreport/cmd/benchreport` is the generator; `make
+// bench` runs the benchmarks, saves their output to bin/bench.txt and then
+// runs it.
+package benchreport
