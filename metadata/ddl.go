@@ -28,8 +28,12 @@ import (
 // valid indexes that no constraint owns (unique, partial, expression,
 // INCLUDE, opclasses, DESC/NULLS, collations), and REPLICA IDENTITY.
 //
+// Owner and Grants are read so that a move's target belongs to the same
+// role and grants the same privileges (PrivilegeStatements); Diff ignores
+// them, as they are set again rather than compared.
+//
 // Not copied: foreign keys (a shard's referenced rows live on other nodes),
-// triggers, policies, grants, storage parameters of the table, tablespaces,
+// triggers, policies, storage parameters of the table, tablespaces,
 // invalid indexes (a failed CREATE INDEX CONCURRENTLY), and column defaults
 // that read a sequence (nextval: the sequence lives on the coordinator
 // only). Only ordinary tables are read; anything else is refused.
@@ -38,6 +42,12 @@ type TableDDL struct {
 	Constraints []ConstraintDef
 	Indexes     []IndexDef
 	Replica     ReplicaIdentity
+	// Owner is the owning role's name.
+	Owner string
+	// Grants are the table's privileges as they are in effect (an unset
+	// ACL reads as its default: the owner's own privileges) and every
+	// column privilege, in a fixed order.
+	Grants []Grant
 }
 
 // ColumnDef is one column, in attnum order (dropped columns left out).
@@ -152,7 +162,8 @@ func ReadTableDDL(ctx context.Context, conn interface {
 	b.Queue(`WITH t AS (`+tableSQL+`)
 		SELECT c.relkind::text, c.relreplident::text,
 			coalesce((SELECT ic.relname::text FROM pg_catalog.pg_index i JOIN pg_catalog.pg_class ic ON ic.oid = i.indexrelid
-				WHERE i.indrelid = c.oid AND i.indisreplident), '')
+				WHERE i.indrelid = c.oid AND i.indisreplident), ''),
+			pg_catalog.pg_get_userbyid(c.relowner)::text
 		FROM t JOIN pg_catalog.pg_class c ON c.oid = t.oid`, table[0], table[1])
 	b.Queue(`WITH t AS (`+tableSQL+`)
 		SELECT a.attname::text, pg_catalog.format_type(a.atttypid, a.atttypmod),
@@ -200,6 +211,7 @@ func ReadTableDDL(ctx context.Context, conn interface {
 		  AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_constraint k
 			WHERE k.conindid = i.indexrelid AND k.conrelid = i.indrelid AND k.contype IN ('p', 'u', 'x'))
 		ORDER BY ic.relname`, table[0], table[1])
+	b.Queue(grantsSQL, table[0], table[1])
 	b.Queue(`SELECT pg_catalog.set_config('search_path', pg_catalog.current_setting('shardmover.saved_search_path'), false)`)
 
 	type seqRef struct {
@@ -215,7 +227,7 @@ func ReadTableDDL(ctx context.Context, conn interface {
 			return err
 		}
 		var kind, replident, replIndex string
-		if err := res.QueryRow().Scan(&kind, &replident, &replIndex); err != nil {
+		if err := res.QueryRow().Scan(&kind, &replident, &replIndex, &d.Owner); err != nil {
 			if errors.Is(err, pgx.ErrNoRows) {
 				return invalidf("table %s does not exist", display)
 			}
@@ -294,6 +306,13 @@ func ReadTableDDL(ctx context.Context, conn interface {
 		rows.Close()
 		if err := rows.Err(); err != nil {
 			return fmt.Errorf("read indexes: %w", err)
+		}
+		rows, err = res.Query()
+		if err != nil {
+			return fmt.Errorf("read privileges: %w", err)
+		}
+		if d.Grants, err = pgx.CollectRows(rows, pgx.RowToStructByPos[Grant]); err != nil {
+			return fmt.Errorf("read privileges: %w", err)
 		}
 		if _, err := res.Exec(); err != nil {
 			return err

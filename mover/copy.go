@@ -72,10 +72,22 @@ func (r *run) setup(ctx context.Context, m metadata.Move) error {
 			return err
 		}
 		sp.mark("record")
+		if err := metadata.EnsureSchemaLike(ctx, src, dst, t[0]); err != nil {
+			return fmt.Errorf("create schema %s on %s: %w", pgx.Identifier{t[0]}.Sanitize(), r.target.Addr(), err)
+		}
 		// Identity columns are BY DEFAULT until the cutover's FinishStatements.
-		if err := metadata.RunDDL(ctx, dst, "CREATE SCHEMA IF NOT EXISTS "+pgx.Identifier{t[0]}.Sanitize(),
-			ddl.CreateStatement(t, "", metadata.MoveTarget)); err != nil {
+		if err := metadata.RunDDL(ctx, dst, ddl.CreateStatement(t, "", metadata.MoveTarget)); err != nil {
 			return fmt.Errorf("create %s on %s: %w", t.Sanitize(), r.target.Addr(), err)
+		}
+		// The source's owner and privileges, so that the application reads
+		// and writes the moved shard as it did the old one.
+		have, err := metadata.ReadTableDDL(ctx, dst, t)
+		if err != nil {
+			return err
+		}
+		if err := metadata.RunDDL(ctx, dst, ddl.PrivilegeStatements(t, have)...); err != nil {
+			return permanent(fmt.Errorf("give %s on %s the owner (%s) and privileges it has on the source: %w; the mover's role must be a member of the table's owner (docs/privileges.md)",
+				t.Sanitize(), r.target.Addr(), ddl.Owner, err))
 		}
 	}
 	sp.mark("create")

@@ -369,9 +369,11 @@ func (r *run) compareDefinitions(ctx context.Context, m metadata.Move, tx, dtx p
 				"shard table %s changed on the source during the move (%s); schema changes are not replicated, so the move fails and the group stays on its source: move it again to copy the new definition",
 				t.Sanitize(), diff)})
 		}
-		for _, stmt := range want[i].FinishStatements(t) {
+		// Owner and privileges changed on the source during the move are
+		// set again (they are not compared: nothing is lost by a change).
+		for _, stmt := range append(want[i].PrivilegeStatements(t, got[i]), want[i].FinishStatements(t)...) {
 			if _, err := pgsql.ExecOne(ctx, dtx.Conn(), stmt); err != nil {
-				return fmt.Errorf("finish identity columns of %s on the target: %w", t.Sanitize(), err)
+				return fmt.Errorf("finish identity columns and privileges of %s on the target: %w", t.Sanitize(), err)
 			}
 		}
 	}
