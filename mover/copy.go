@@ -86,7 +86,7 @@ func (r *run) setup(ctx context.Context, m metadata.Move) error {
 			return err
 		}
 		if err := metadata.RunDDL(ctx, dst, ddl.PrivilegeStatements(t, have)...); err != nil {
-			return permanent(fmt.Errorf("give %s on %s the owner (%s) and privileges it has on the source: %w; the mover's role must be a member of the table's owner (docs/privileges.md)",
+			return permanent(fmt.Errorf("give %s on %s the owner (%s) and privileges it has on the source: %w; the mover's role must be a member of the table's owner, and the owner needs CREATE on the schema there (docs/privileges.md)",
 				t.Sanitize(), r.target.Addr(), ddl.Owner, err))
 		}
 	}

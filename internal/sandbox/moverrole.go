@@ -96,14 +96,18 @@ func (c *Cluster) createMoverRoleOn(ctx context.Context, n Node, vars map[string
 			return err
 		}
 	}
+	// The owner creates in its schema, as an application's table owner
+	// does (it made its tables there): a move gives it the shards it
+	// creates, which PostgreSQL allows only to a role with CREATE on the
+	// schema (docs/privileges.md).
+	if _, err := conn.Exec(ctx, "GRANT CREATE ON SCHEMA public TO "+owner); err != nil {
+		return err
+	}
 	if c.Citus {
 		// Citus copies reference tables to a new node by connecting to
-		// it as their owner, who must log in and create in their schema
-		// (docs/privileges.md, Citus).
-		for _, stmt := range []string{"ALTER ROLE " + owner + " LOGIN", "GRANT CREATE ON SCHEMA public TO " + owner} {
-			if _, err := conn.Exec(ctx, stmt); err != nil {
-				return err
-			}
+		// it as their owner, who must log in (docs/privileges.md, Citus).
+		if _, err := conn.Exec(ctx, "ALTER ROLE "+owner+" LOGIN"); err != nil {
+			return err
 		}
 	}
 	rows, err := conn.Query(ctx, `SELECT n.nspname, c.relname FROM pg_catalog.pg_class c
