@@ -188,7 +188,10 @@ func NodePlacements(ctx context.Context, conn *pgx.Conn) (map[int64]int32, error
 // of some colocation group holding one of Citus's move locks. It returns
 // "" when Citus is idle. Citus offers no lock a client can take to make
 // its own moves wait for ours, so this is checked before each move and
-// again before each cutover.
+// again before each cutover. Locks held by shardmover's own coordinator
+// sessions (application_name shardmover) do not count: a move's setup
+// copying reference tables with replicate_reference_tables() holds one of
+// them while the next move of the job runs its preflight.
 func (c *Catalog) CitusBusy(ctx context.Context) (string, error) {
 	if c.flavor != Citus {
 		return "", nil
@@ -208,7 +211,9 @@ func (c *Catalog) CitusBusy(ctx context.Context) (string, error) {
 	var key int64
 	err = c.pool.QueryRow(ctx, `SELECT pid, objsubid::int, (classid::int8 << 32) | objid::int8 FROM pg_locks
 		WHERE locktype = 'advisory' AND granted AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
-		AND objsubid IN ($1, $2, $3) ORDER BY pid LIMIT 1`,
+		AND objsubid IN ($1, $2, $3)
+		AND pid NOT IN (SELECT a.pid FROM pg_catalog.pg_stat_activity a WHERE a.application_name = 'shardmover')
+		ORDER BY pid LIMIT 1`,
 		citusLockRebalanceColocation, citusLockPlacementColocation, citusLockShardMove).Scan(&pid, &class, &key)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):

@@ -64,6 +64,16 @@ func (e *Engine) RunJobAs(ctx context.Context, jobID int64, lim Limits, term *me
 	if err != nil {
 		return JobResult{}, err
 	}
+	// On Citus, reference tables reach every node once, before any move:
+	// copying them holds Citus's move locks on the coordinator, which the
+	// preflight of a move overlapping the copy would take for a Citus
+	// rebalance in progress and refuse. (Each move's setup checks again;
+	// it then finds nothing to copy.)
+	if len(moves) > 0 {
+		if err := e.cat.EnsureReferenceTables(ctx); err != nil {
+			return JobResult{}, err
+		}
+	}
 	// One limiter for the whole job: a lone running move copies at the full
 	// rate, running moves share it.
 	runner := *e
