@@ -68,36 +68,36 @@ func BuildInput(st metadata.Status, o PlanOptions) (planner.Input, error) {
 	}
 	strategy, err := planner.ParseStrategy(name)
 	if err != nil {
-		return planner.Input{}, invalidf("--strategy %q does not exist; use one of %s", o.Strategy, planner.StrategyNames)
+		return planner.Input{}, optionf("Strategy", "%q does not exist; use one of %s", o.Strategy, planner.StrategyNames)
 	}
 	if strategy == planner.ByLoad && o.LoadWindow <= 0 {
-		return planner.Input{}, invalidf("--load-window must be a positive duration such as 30s, got %s", o.LoadWindow)
+		return planner.Input{}, optionf("LoadWindow", "must be a positive duration such as 30s, got %s", o.LoadWindow)
 	}
 	in := planner.DefaultInput(strategy)
 	if o.Threshold != nil {
 		if math.IsNaN(*o.Threshold) || *o.Threshold < 0 || *o.Threshold >= 1 {
-			return in, invalidf("--threshold must be a number from 0 up to (not including) 1, got %v", *o.Threshold)
+			return in, optionf("Threshold", "must be a number from 0 up to (not including) 1, got %v", *o.Threshold)
 		}
 		in.Threshold = *o.Threshold
 	}
 	if o.ImprovementThreshold != nil {
 		if math.IsNaN(*o.ImprovementThreshold) || *o.ImprovementThreshold < 0 || math.IsInf(*o.ImprovementThreshold, 0) {
-			return in, invalidf("--improvement-threshold must be a number of 0 or more, got %v", *o.ImprovementThreshold)
+			return in, optionf("ImprovementThreshold", "must be a number of 0 or more, got %v", *o.ImprovementThreshold)
 		}
 		in.ImprovementThreshold = *o.ImprovementThreshold
 	}
 	if o.BaseCost != nil {
 		if *o.BaseCost < 0 {
-			return in, invalidf("--base-cost must be 0 or more bytes, got %d", *o.BaseCost)
+			return in, optionf("BaseCost", "must be 0 or more bytes, got %d", *o.BaseCost)
 		}
 		in.BaseCost = *o.BaseCost
 	}
 	if o.MaxMoves < 0 {
-		return in, invalidf("--max-moves must be 0 or more, got %d", o.MaxMoves)
+		return in, optionf("MaxMoves", "must be 0 or more, got %d", o.MaxMoves)
 	}
 	in.MaxMoves = o.MaxMoves
 	if o.MaxPerNode < 1 {
-		return in, invalidf("--per-node must be at least 1, got %d", o.MaxPerNode)
+		return in, optionf("MaxPerNode", "must be at least 1, got %d", o.MaxPerNode)
 	}
 	in.MaxPerNode = o.MaxPerNode
 	in.DrainOnly = o.DrainOnly
@@ -135,18 +135,18 @@ func BuildInput(st metadata.Status, o PlanOptions) (planner.Input, error) {
 	for _, spec := range o.AddNodes {
 		addr, capText, hasCap := strings.Cut(spec, "=")
 		if _, _, err := metadata.ParseAddr(addr); err != nil {
-			return in, invalidf("--add-node %q is not host:port[=capacity]", spec)
+			return in, optionf("AddNodes", "%q is not host:port[=capacity]", spec)
 		}
 		capacity := 1.0
 		if hasCap {
 			capacity, err = strconv.ParseFloat(capText, 64)
 			if err != nil || capacity < 0 || math.IsNaN(capacity) || math.IsInf(capacity, 0) {
-				return in, invalidf("--add-node %q has no valid capacity (a number of 0 or more)", spec)
+				return in, optionf("AddNodes", "%q has no valid capacity (a number of 0 or more)", spec)
 			}
 		}
 		for _, n := range in.Nodes {
 			if n.Name == addr {
-				return in, invalidf("--add-node %s is already in the cluster", addr)
+				return in, optionf("AddNodes", "%s is already in the cluster", addr)
 			}
 		}
 		maxID++
@@ -158,7 +158,7 @@ func BuildInput(st metadata.Status, o PlanOptions) (planner.Input, error) {
 	for _, addr := range o.Drain {
 		n, ok := byAddr[addr]
 		if !ok {
-			return in, invalidf("--drain %s: no such node in the cluster; `shardmover status` lists the nodes", addr)
+			return in, optionf("Drain", "%s: no such node in the cluster; `shardmover status` lists the nodes", addr)
 		}
 		n.Drain = true
 	}
@@ -171,10 +171,10 @@ func BuildInput(st metadata.Status, o PlanOptions) (planner.Input, error) {
 		c := o.Capacity[addr]
 		n, ok := byAddr[addr]
 		if !ok {
-			return in, invalidf("--capacity %s: no such node in the cluster; `shardmover status` lists the nodes", addr)
+			return in, optionf("Capacity", "%s: no such node in the cluster; `shardmover status` lists the nodes", addr)
 		}
 		if c < 0 || math.IsNaN(c) || math.IsInf(c, 0) {
-			return in, invalidf("--capacity %s=%v: a capacity is a number of 0 or more", addr, c)
+			return in, optionf("Capacity", "%s=%v: a capacity is a number of 0 or more", addr, c)
 		}
 		n.Capacity = c
 	}
@@ -199,7 +199,7 @@ func BuildInput(st metadata.Status, o PlanOptions) (planner.Input, error) {
 			}
 		}
 		if !found {
-			return in, invalidf("--exclude %d: no such shard in the cluster", id)
+			return in, optionf("Exclude", "%d: no such shard in the cluster", id)
 		}
 	}
 	for _, g := range st.ShardGroups {
@@ -252,11 +252,11 @@ func ParseCapacity(specs []string) (map[string]float64, error) {
 	for _, s := range specs {
 		addr, v, ok := strings.Cut(s, "=")
 		if !ok {
-			return nil, invalidf("--capacity %q must be host:port=number, e.g. 10.0.0.5:5432=2", s)
+			return nil, optionf("Capacity", "%q must be host:port=number, e.g. 10.0.0.5:5432=2", s)
 		}
 		c, err := strconv.ParseFloat(v, 64)
 		if err != nil {
-			return nil, invalidf("--capacity %q: %q is not a number", s, v)
+			return nil, optionf("Capacity", "%q: %q is not a number", s, v)
 		}
 		out[addr] = c
 	}

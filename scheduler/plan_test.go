@@ -79,5 +79,5 @@ func TestStatusRoundTripByLoad(t *testing.T) {
 	o.LoadWindow = 0
 	_, err = scheduler.BuildInput(st, o)
 	require.ErrorIs(t, err, metadata.ErrInvalid)
-	assert.Equal(t, "--load-window must be a positive duration such as 30s, got 0s", err.Error())
+	assert.Equal(t, "LoadWindow must be a positive duration such as 30s, got 0s", err.Error(), "a library error names the option, not a flag")
 }

@@ -144,6 +144,7 @@ var optionFlags = map[string]string{
 	"Strategy": "--strategy", "Threshold": "--threshold", "ImprovementThreshold": "--improvement-threshold",
 	"BaseCost": "--base-cost", "MaxMoves": "--max-moves", "MaxPerNode": "--per-node",
 	"AddNodes": "--add-node", "Drain": "--drain", "Capacity": "--capacity", "Exclude": "--exclude",
+	"LoadWindow": "--load-window",
 }
 
 // message is the error as one line for people; sentinel prefixes that add
