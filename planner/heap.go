@@ -43,8 +43,6 @@ func newNodeHeap(nodes int, less func(a, b int32) bool) *nodeHeap {
 func (h *heap[T]) len() int { return len(h.items) }
 func (h *heap[T]) top() T   { return h.items[0] }
 
-func (h *heap[T]) contains(x T) bool { return h.pos[h.key(x)] >= 0 }
-
 func (h *heap[T]) push(x T) {
 	if h.key != nil {
 		if h.pos[h.key(x)] >= 0 {
