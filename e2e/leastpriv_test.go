@@ -291,15 +291,8 @@ func runLeastPrivilege(t *testing.T, citus bool) {
 	for _, node := range sb.Nodes {
 		conn, err := pgx.Connect(ctx, node.DSN())
 		require.NoError(t, err)
-		var left int
-		require.NoError(t, conn.QueryRow(ctx, `SELECT
-			(SELECT count(*) FROM pg_replication_slots WHERE slot_name LIKE 'shardmover%') +
-			(SELECT count(*) FROM pg_publication WHERE pubname LIKE 'shardmover%') +
-			(SELECT count(*) FROM pg_prepared_xacts WHERE gid LIKE 'shardmover%') +
-			(SELECT count(*) FROM pg_replication_origin WHERE roname LIKE 'shardmover%') +
-			(SELECT count(*) FROM pg_class WHERE relname LIKE '%\_moved\_%')`).Scan(&left))
+		assert.Zero(t, leftovers(t, ctx, conn), "leftovers on %s", node.Addr())
 		conn.Close(ctx)
-		assert.Zero(t, left, "leftovers on %s", node.Addr())
 	}
 
 	// The mover's sessions: the role's, never a superuser's, on every node
