@@ -110,6 +110,7 @@ func (e *Engine) RunJobAs(ctx context.Context, jobID int64, lim Limits, term *me
 			cond.Wait()
 		}
 		sched.takeCopy(i)
+		cond.Broadcast() // a later move sharing a node may copy once this one holds its slot
 		var once sync.Once
 		return func() {
 			once.Do(func() {
