@@ -226,10 +226,50 @@ func (o outcome) result() Result {
 		Balanced:             o.balanced,
 	}
 	res.Waves = assignWaves(res.Moves, in.MaxPerNode)
+	res.Spread = spread(in.Groups, o.before, res.Moves)
 	if in.DrainOnly {
 		res.Converged = res.Balanced
 	} else {
 		res.Converged = !p.maxMovesHit
+	}
+	return res
+}
+
+// spread counts each colocation group's shard groups per node (in the
+// order of before) where they are and where the moves leave them.
+func spread(groups []Group, before []NodeUtil, moves []Move) []Spread {
+	at := make(map[int64]int, len(before))
+	for i, u := range before {
+		at[u.Node] = i
+	}
+	final := make(map[string]int64, len(moves))
+	for _, m := range moves {
+		final[m.GroupID] = m.To
+	}
+	byColoc := map[int64]*Spread{}
+	var out []*Spread
+	for _, g := range groups {
+		sp := byColoc[g.ColocationID]
+		if sp == nil {
+			sp = &Spread{ColocationID: g.ColocationID, Tables: g.Tables, Before: make([]int, len(before)), After: make([]int, len(before))}
+			byColoc[g.ColocationID] = sp
+			out = append(out, sp)
+		}
+		to := g.Node
+		if n, ok := final[g.ID]; ok {
+			to = n
+		}
+		if i, ok := at[g.Node]; ok {
+			sp.Before[i]++
+		}
+		if i, ok := at[to]; ok {
+			sp.After[i]++
+		}
+	}
+	slices.SortFunc(out, func(a, b *Spread) int { return cmp.Compare(a.ColocationID, b.ColocationID) })
+	res := make([]Spread, len(out))
+	for i, sp := range out {
+		res[i] = *sp
 	}
 	return res
 }

@@ -77,6 +77,7 @@ func (r Result) Render(w io.Writer) error {
 	}
 
 	r.renderNodes(&b)
+	r.renderSpread(&b)
 	_, err := io.WriteString(w, b.String())
 	return err
 }
@@ -140,6 +141,27 @@ func (r Result) renderNodes(b *strings.Builder) {
 			line(x.name, x.before, x.beforeBar, x.after, x.afterBar)
 		}
 	}
+}
+
+// renderSpread writes, for every colocation group, its shard groups per
+// node before and after the plan, nodes in the order of the node tables.
+func (r Result) renderSpread(b *strings.Builder) {
+	if len(r.Spread) == 0 {
+		return
+	}
+	b.WriteString("\nshard groups per node, by colocation (nodes in the order above):\n")
+	tw := tabwriter.NewWriter(b, 0, 0, 2, ' ', 0)
+	counts := func(c []int) string {
+		s := make([]string, len(c))
+		for i, v := range c {
+			s[i] = strconv.Itoa(v)
+		}
+		return strings.Join(s, " ")
+	}
+	for _, sp := range r.Spread {
+		fmt.Fprintf(tw, "  %d\t%s\t%s\t-> %s\n", sp.ColocationID, list(sp.Tables), counts(sp.Before), counts(sp.After))
+	}
+	tw.Flush()
 }
 
 // share is a bar of v against the largest value m: full blocks for the

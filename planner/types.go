@@ -394,6 +394,19 @@ type Result struct {
 	// allowed to move, or no move or swap helps without unbalancing cost
 	// or a colocation's spread), the node that stays outside it, and why.
 	BytesLimit *Limit `json:"bytes_limit,omitempty"`
+	// Spread is, for every colocation group, how many of its shard groups
+	// each node holds before and after the plan: a table whose shards sit
+	// on fewer nodes gets less parallelism for its queries.
+	Spread []Spread `json:"spread"`
+}
+
+// Spread is one colocation group's shard groups per node, in the order of
+// Result.Before (node id).
+type Spread struct {
+	ColocationID int64    `json:"colocation_id"`
+	Tables       []string `json:"tables"`
+	Before       []int    `json:"before"`
+	After        []int    `json:"after"`
 }
 
 // Limit names what keeps a plan from a goal: a group (empty when none is
