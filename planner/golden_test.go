@@ -278,7 +278,7 @@ func parseSize(v string) (int64, error) {
 // nodes have capacity 1), and, with by_disk_size, every node's bytes
 // within the band of the average.
 func TestGoldenGoals(t *testing.T) {
-	for _, name := range []string{"colocations", "colocations_few_shards", "drain_one_of_ten", "demo_small_groups", "bigger_run", "base_cost_small_groups", "waves"} {
+	for _, name := range []string{"colocations", "colocations_few_shards", "drain_one_of_ten", "demo_small_groups", "bigger_run", "base_cost_small_groups", "waves", "demo_end"} {
 		t.Run(name, func(t *testing.T) {
 			raw, err := os.ReadFile(filepath.Join("testdata", name+".txt"))
 			require.NoError(t, err)

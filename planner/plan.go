@@ -108,7 +108,7 @@ func Plan(in Input) (Result, error) {
 	// first plan but moves, that plan is taken; otherwise the others are
 	// planned and repaired too and the best is kept (see repairScore).
 	r := repairPlan(best.p, best.lo, best.hi)
-	if score := r.score(); !score.perfect() {
+	if score := r.score(); !score.perfect() || r.searched {
 		orders := []bool{true}
 		if best.forced {
 			orders = append(orders, false)

@@ -241,3 +241,57 @@ func TestBytesLimitJSON(t *testing.T) {
 	require.NoError(t, err)
 	assert.NotContains(t, string(b), "bytes_limit")
 }
+
+// TestBytesLimitHonest: BytesLimit blames a group only when the groups
+// provably cannot fit the band; when they could but the spread forbids it,
+// it names no group and says which guarantee blocks the steps.
+func TestBytesLimitHonest(t *testing.T) {
+	in := DefaultInput(ByDiskSize)
+	in.Nodes = []Node{
+		{ID: 1, Name: "w1:5432", Capacity: 1, ShouldHaveShards: true},
+		{ID: 2, Name: "w2:5432", Capacity: 1, ShouldHaveShards: true},
+	}
+	// 8 MiB, band 3.6..4.4 MiB: {4} against {2,1,1} fits, but only with
+	// three groups on one node and one on the other.
+	in.Groups = []Group{
+		{ID: "c1:0", ColocationID: 1, Index: 0, Node: 1, Bytes: 4 << 20},
+		{ID: "c1:1", ColocationID: 1, Index: 1, Node: 1, Bytes: 2 << 20},
+		{ID: "c1:2", ColocationID: 1, Index: 2, Node: 2, Bytes: 1 << 20},
+		{ID: "c1:3", ColocationID: 1, Index: 3, Node: 2, Bytes: 1 << 20},
+	}
+	res, err := Plan(in)
+	require.NoError(t, err)
+	assert.False(t, res.BytesBalanced)
+	require.NotNil(t, res.BytesLimit)
+	assert.Empty(t, res.BytesLimit.GroupID, res.BytesLimit.Detail)
+	assert.Contains(t, res.BytesLimit.Detail, "no move or swap found")
+	assert.Contains(t, res.BytesLimit.Detail, "spread a colocation group unevenly")
+	t.Log(res.BytesLimit.Detail)
+
+	// Coarse for real: no split of 8, 22 and 20 GiB puts a node within
+	// 22.5..27.5 GiB; the message says so and names the largest group.
+	in.Groups = []Group{
+		{ID: "c1:0", ColocationID: 1, Index: 0, Node: 1, Bytes: 8 << 30},
+		{ID: "c1:1", ColocationID: 1, Index: 1, Node: 1, Bytes: 22 << 30},
+		{ID: "c1:2", ColocationID: 1, Index: 2, Node: 2, Bytes: 20 << 30},
+	}
+	res, err = Plan(in)
+	require.NoError(t, err)
+	require.NotNil(t, res.BytesLimit)
+	assert.Equal(t, "c1:1", res.BytesLimit.GroupID)
+	assert.Contains(t, res.BytesLimit.Detail, "no combination of the groups")
+
+	// Not coarse although the largest group is wider than the band: the
+	// band search finds the layout.
+	in.Groups = []Group{
+		{ID: "c1:0", ColocationID: 1, Index: 0, Node: 1, Bytes: 30 << 20},
+		{ID: "c1:1", ColocationID: 1, Index: 1, Node: 1, Bytes: 2 << 20},
+		{ID: "c1:2", ColocationID: 1, Index: 2, Node: 1, Bytes: 1 << 20},
+		{ID: "c1:3", ColocationID: 1, Index: 3, Node: 2, Bytes: 12 << 20},
+		{ID: "c1:4", ColocationID: 1, Index: 4, Node: 2, Bytes: 11 << 20},
+		{ID: "c1:5", ColocationID: 1, Index: 5, Node: 2, Bytes: 10 << 20},
+	}
+	res, err = Plan(in)
+	require.NoError(t, err)
+	assert.True(t, res.BytesBalanced, "%+v", res.BytesLimit)
+}

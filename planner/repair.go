@@ -2,11 +2,8 @@ package planner
 
 import (
 	"cmp"
-	"fmt"
 	"math"
 	"slices"
-
-	"github.com/shardmover/shardmover/internal/units"
 )
 
 // The repair pass runs once, on the plan Plan chose, after balancing. That
@@ -48,7 +45,10 @@ type repairer struct {
 	movable []bool
 	budget  int  // moves that may still be added (MaxMoves, DrainOnly)
 	changed bool // some group ends elsewhere than the plan had it
-	work    int  // evaluations left
+	// searched: bandSearch brought the bytes into the band, so Plan
+	// still compares the other plans (one may need fewer moves)
+	searched bool
+	work     int // evaluations left
 
 	load  []float64
 	bytes []float64
@@ -424,6 +424,7 @@ func (r *repairer) improve() {
 	if r.bytesOn {
 		for r.work > 0 && r.bytesRound() {
 		}
+		r.bandSearch()
 	}
 	r.trim()
 	r.shrink()
@@ -1318,66 +1319,4 @@ func (r *repairer) rewrite() {
 		load[s.to] += c
 	}
 	p.steps = steps
-}
-
-// bytesLimit names, when a by_disk_size plan leaves some node's bytes
-// outside the band, the group that keeps it there, or returns nil.
-func (r *repairer) bytesLimit() *Limit {
-	if !r.bytesOn {
-		return nil
-	}
-	p := r.p
-	worst, worstV := int32(-1), 0.0
-	for n := range p.nodes {
-		n := int32(n)
-		if !p.nodes[n].eligible() {
-			continue
-		}
-		if v := r.byteV(n, r.bytes[n]) / p.nodes[n].cap; v > r.bEps && v > worstV {
-			worst, worstV = n, v
-		}
-	}
-	if worst < 0 {
-		return nil
-	}
-	N := &p.nodes[worst]
-	over := r.bytes[worst] > r.bHi*N.cap
-	width := (r.bHi - r.bLo) * N.cap
-	// The largest group on the node (an over-full node) or anywhere (an
-	// under-full one).
-	var g int32 = -1
-	for gi := range p.groups {
-		gi := int32(gi)
-		if over && r.node[gi] != worst {
-			continue
-		}
-		G := &p.groups[gi]
-		if g < 0 || G.Bytes > p.groups[g].Bytes || G.Bytes == p.groups[g].Bytes && gi < g {
-			g = gi
-		}
-	}
-	if g < 0 {
-		return &Limit{Node: N.ID, NodeName: N.Name, Detail: fmt.Sprintf("%s holds no group and none can move there", nodeLabel(N.ID, N.Name))}
-	}
-	G := &p.groups[g]
-	l := &Limit{GroupID: G.ID, Bytes: G.Bytes, Node: N.ID, NodeName: N.Name}
-	side := "below"
-	if over {
-		side = "above"
-	}
-	who := nodeLabel(N.ID, N.Name)
-	switch {
-	case float64(G.Bytes) > r.bHi*N.cap:
-		l.Detail = fmt.Sprintf("group %s alone (%s) holds more bytes than the band allows on a node (%s per unit of capacity); %s stays %s the band",
-			G.ID, units.Bytes(G.Bytes), units.Bytes(int64(r.bHi)), who, side)
-	case over && !r.movable[g]:
-		l.Detail = fmt.Sprintf("group %s (%s) may not move (excluded, isolated, pinned or skipped) and keeps %s %s the band", G.ID, units.Bytes(G.Bytes), who, side)
-	case float64(G.Bytes) > width:
-		l.Detail = fmt.Sprintf("group %s (%s) is larger than the band is wide (%s), so groups this coarse leave %s %s the band",
-			G.ID, units.Bytes(G.Bytes), units.Bytes(int64(width)), who, side)
-	default:
-		l.Detail = fmt.Sprintf("no move or swap brings %s into the band without more cost outside it or a colocation group less spread; the largest group there is %s (%s)",
-			who, G.ID, units.Bytes(G.Bytes))
-	}
-	return l
 }
