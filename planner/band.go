@@ -301,7 +301,7 @@ func (r *repairer) bytesLimit() *Limit {
 			if !N.eligible() || float64(G.Bytes) > (r.bHi+r.bEps)*N.cap {
 				continue
 			}
-			if n == r.node[gi] || r.movable[gi] && r.inC(n, G.coloc) && (!G.restricted || p.ruleAllows(G, n)) {
+			if n == r.node[gi] || !G.Excluded && !G.Isolate && r.inC(n, G.coloc) && (!G.restricted || p.ruleAllows(G, n)) {
 				fits = true
 				break
 			}
@@ -326,7 +326,7 @@ func (r *repairer) bytesLimit() *Limit {
 		}
 		if fixed >= 0 {
 			G := &p.groups[fixed]
-			return limit(fixed, n, fmt.Sprintf("groups that may not move (excluded, isolated, pinned or skipped) hold more bytes on %s than its band allows (%s), the largest %s (%s); it stays above the band",
+			return limit(fixed, n, fmt.Sprintf("groups that may not move (excluded or isolated) hold more bytes on %s than its band allows (%s), the largest %s (%s); it stays above the band",
 				who, band(n), G.ID, units.Bytes(G.Bytes)))
 		}
 		if largest < 0 {
@@ -346,14 +346,17 @@ func (r *repairer) bytesLimit() *Limit {
 }
 
 // cannotFit reports (proven) whether node n provably cannot end within
-// its byte band: the groups that may not leave it hold more than the band
-// allows (fixed names the largest of them), or no subset of the movable
-// groups that may be on n, added to them, sums into the band. Capacity,
-// counts and the other nodes are ignored, which only adds sums, so a
+// its byte band: the groups that may never leave it (excluded or
+// isolated) hold more than the band allows (fixed names the largest of
+// them), or no subset of the other groups that may be on n, added to
+// them, sums into the band. Groups this plan happens not to move count as
+// movable: the claim is about every layout, not about this plan's steps.
+// Capacity, counts and the other nodes are ignored, which only adds sums, so a
 // "cannot" is sound. The subset sums are a dynamic program over sizes
 // rounded down to a unit of a quarter of the band's width divided by the
-// number of groups, so rounding can hide no sum; when that takes too much
-// work, proven is false. largest is the largest group that may be on n.
+// number of groups, each bucket keeping the least and the most real sum
+// that reach it, so no sum is lost; when that takes too much work, proven
+// is false. largest is the largest group that may be on n.
 func (r *repairer) cannotFit(n int32) (fixed, largest int32, proven bool) {
 	p := r.p
 	c := p.nodes[n].cap
@@ -365,7 +368,7 @@ func (r *repairer) cannotFit(n int32) (fixed, largest int32, proven bool) {
 		gi := int32(gi)
 		G := &p.groups[gi]
 		on := r.node[gi] == n
-		if !r.movable[gi] {
+		if G.Excluded || G.Isolate {
 			if on {
 				fixedBytes += float64(G.Bytes)
 				if fixed < 0 || G.Bytes > p.groups[fixed].Bytes {
@@ -409,20 +412,25 @@ func (r *repairer) cannotFit(n int32) (fixed, largest int32, proven bool) {
 		return -1, largest, false
 	}
 	K := int(B / u)
-	reach := make([]bool, K+1)
-	reach[0] = true
+	// bucket k: the subsets whose sizes, rounded down to units, add up to
+	// k units; their real sums lie within [mn[k], mx[k]].
+	mn, mx := make([]float64, K+1), make([]float64, K+1)
+	for k := range mn {
+		mn[k], mx[k] = math.Inf(1), math.Inf(-1)
+	}
+	mn[0], mx[0] = 0, 0
 	for _, w := range items {
 		f := int(w / u)
 		for s := K; s >= f; s-- {
-			if reach[s-f] {
-				reach[s] = true
+			if from := s - f; mn[from] <= mx[from] {
+				mn[s], mx[s] = min(mn[s], mn[from]+w), max(mx[s], mx[from]+w)
 			}
 		}
 	}
-	// A real sum S in [A, B] of sizes whose rounded sum is k has
-	// k·u <= S <= B and S < (k+m)·u, so k > A/u − m.
-	for k := K; k >= 0 && float64(k) > A/u-m; k-- {
-		if reach[k] {
+	// A real sum S in [A, B] rounds to some k <= B/u = K (rounding only
+	// lowers it) and lies within [mn[k], mx[k]].
+	for k := range mn {
+		if mn[k] <= mx[k] && mn[k] <= B && mx[k] >= A {
 			return -1, largest, false
 		}
 	}

@@ -52,14 +52,28 @@
 //     up to its share of bytes, the rest largest first to the emptiest node
 //     that needs one) and keeps it when it leaves no more cost outside the
 //     band than balancing did; otherwise local steps (moves and swaps that
-//     each improve spread or bytes and make nothing else worse). Then moves
+//     each improve spread or bytes and make nothing else worse). When the
+//     bytes are still outside the band, a band search (band.go) takes the
+//     node worst off and its best counterparts and makes the move or
+//     same-colocation swap that most lowers the bytes outside the band
+//     (then fewest moves, then fewest moved bytes), without more cost
+//     outside the cost band, less spread or a broken placement rule, and
+//     not held to the improvement threshold; it keeps its steps only when
+//     every node ends in the band, and then Plan still compares the other
+//     plans, which may reach it with fewer moves. Then moves
 //     whose undoing costs nothing are dropped, and each remaining move is
 //     given the smallest group of its colocation on its source that keeps
 //     both nodes in their bands (the byte-saving pass, which never trades
 //     balance for bytes). Result.BytesBalanced says whether the bytes ended
-//     in the band; when not, Result.BytesLimit names the group that keeps
-//     them out (too large for the band, not allowed to move, or no step
-//     helps). Nodes with a MaxCost never receive a group balancing did not
+//     in the band; when not, Result.BytesLimit says why. It names a group
+//     only when that is provably the cause: a group larger than the band's
+//     upper bound on every node it may be on, excluded or isolated groups
+//     holding more than a node's band, or a node that no combination of
+//     the groups that may be on it brings into its band (a subset-sum
+//     check), naming the largest such group. Otherwise it names the node
+//     worst off and no group, and counts the moves and swaps that would
+//     bring it closer by the guarantee each breaks (cost band, spread,
+//     placement rules, MaxMoves). Nodes with a MaxCost never receive a group balancing did not
 //     send them. When the repaired plan leaves something to improve, the
 //     planner also plans with Citus's greedy rule (the largest acceptable
 //     group) and, when groups had to leave their nodes, with Citus's

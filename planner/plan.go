@@ -108,7 +108,7 @@ func Plan(in Input) (Result, error) {
 	// first plan but moves, that plan is taken; otherwise the others are
 	// planned and repaired too and the best is kept (see repairScore).
 	r := repairPlan(best.p, best.lo, best.hi)
-	if score := r.score(); !score.perfect() || r.searched {
+	if score := r.score(); !score.perfect() || r.searched && len(in.Groups) <= searchedAlternatives {
 		orders := []bool{true}
 		if best.forced {
 			orders = append(orders, false)
@@ -143,6 +143,12 @@ func Plan(in Input) (Result, error) {
 	res.BytesBalanced = res.BytesLimit == nil
 	return res, nil
 }
+
+// searchedAlternatives: up to this many groups, a first plan that reached
+// the byte band only through the band search (see bandSearch) is still
+// compared with the other plans, which may need fewer moves; above it the
+// first plan is kept, to bound the work.
+const searchedAlternatives = 20000
 
 // outcome is one finished plan with what Plan compares.
 type outcome struct {

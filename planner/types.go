@@ -389,10 +389,12 @@ type Result struct {
 	// of capacity. Always true for other strategies and cost functions,
 	// which do not balance bytes.
 	BytesBalanced bool `json:"bytes_balanced"`
-	// BytesLimit, when BytesBalanced is false, names the group that keeps
-	// the nodes' bytes out of the band (too large for the band, not
-	// allowed to move, or no move or swap helps without unbalancing cost
-	// or a colocation's spread), the node that stays outside it, and why.
+	// BytesLimit, when BytesBalanced is false, names the node that stays
+	// outside the band and why; it names a group only when that group
+	// provably keeps the node out (too large for any node, may not move,
+	// or groups too coarse for any combination to fit the node's band),
+	// and otherwise says which guarantees (cost band, spread, placement
+	// rules, MaxMoves) the steps that would help break.
 	BytesLimit *Limit `json:"bytes_limit,omitempty"`
 	// Spread is, for every colocation group, how many of its shard groups
 	// each node holds before and after the plan: a table whose shards sit
