@@ -64,6 +64,8 @@ cat "$LOGS/workload.out"
 step "rebalance once more, now that the data has stopped growing"
 echo "(the daemon planned when the worker was added; the workload wrote since, most of it for a few"
 echo " busy users, so shares of data drifted; a scheduled rebalance (daemon --schedule) does this)"
+echo "(first drop the old copies the moves kept for their grace period: a group may go back to a node it left)"
+$SM cleanup --dir "$DIR" --keep-old-for 0s
 $SM rebalance --dir "$DIR" --concurrency 2 --yes
 step "layout at the end"
 $SM status --dir "$DIR"
