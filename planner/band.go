@@ -165,16 +165,7 @@ func (r *repairer) bandStep(a, b int32) option {
 	if len(gs) == 0 {
 		return best
 	}
-	var hs []int32
-	for _, hi := range r.at[b] {
-		if r.canGo(hi, a) {
-			hs = append(hs, hi)
-		}
-	}
-	slices.SortFunc(hs, func(x, y int32) int {
-		gx, gy := &p.groups[x], &p.groups[y]
-		return cmp.Or(cmp.Compare(gx.coloc, gy.coloc), cmp.Compare(gx.Bytes, gy.Bytes), cmp.Compare(x, y))
-	})
+	hs := r.swapCandidates(b, a)
 	ca, cb := p.nodes[a].cap, p.nodes[b].cap
 	aims := [...]float64{
 		max(r.bytes[a]-r.bHi*ca, r.bLo*cb-r.bytes[b]),
@@ -184,12 +175,7 @@ func (r *repairer) bandStep(a, b int32) option {
 	const whole = 16
 	for _, g := range gs {
 		G := &p.groups[g]
-		i, _ := slices.BinarySearchFunc(hs, G.coloc, func(h int32, c int32) int { return cmp.Compare(p.groups[h].coloc, c) })
-		j := i
-		for j < len(hs) && p.groups[hs[j]].coloc == G.coloc {
-			j++
-		}
-		same := hs[i:j]
+		same := r.ofColocation(hs, G.coloc)
 		// only smaller groups of b send bytes from a to b
 		k, _ := slices.BinarySearchFunc(same, G.Bytes, func(h int32, v int64) int { return cmp.Compare(p.groups[h].Bytes, v) })
 		same = same[:k]

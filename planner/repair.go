@@ -1007,31 +1007,7 @@ func (r *repairer) bytesRound() bool {
 	for _, x := range out {
 		for r.work > 0 && r.byteV(x, r.bytes[x]) > r.bEps*p.nodes[x].cap {
 			over := fill(x) > r.bHi
-			// partners: the emptiest nodes for an over node, the fullest
-			// for an under one
-			first := func(u, v int32) bool {
-				if fill(u) != fill(v) {
-					return (fill(u) < fill(v)) == over
-				}
-				return u < v
-			}
-			partners = partners[:0]
-			for _, y := range all {
-				if y == x {
-					continue
-				}
-				if len(partners) == pairScan && !first(y, partners[pairScan-1]) {
-					continue
-				}
-				if len(partners) < pairScan {
-					partners = append(partners, y)
-				} else {
-					partners[pairScan-1] = y
-				}
-				for j := len(partners) - 1; j > 0 && first(partners[j], partners[j-1]); j-- {
-					partners[j], partners[j-1] = partners[j-1], partners[j]
-				}
-			}
+			partners = r.bytePartners(x, over, all, partners[:0])
 			best := option{g: -1}
 			for _, y := range partners {
 				if r.work <= 0 {
@@ -1053,6 +1029,35 @@ func (r *repairer) bytesRound() bool {
 		}
 	}
 	return changed
+}
+
+// swapCandidates lists the groups on b that may go to a, by colocation,
+// then bytes, then index (what ofColocation and the swap searches expect).
+func (r *repairer) swapCandidates(b, a int32) []int32 {
+	p := r.p
+	var hs []int32
+	for _, hi := range r.at[b] {
+		if r.canGo(hi, a) {
+			hs = append(hs, hi)
+		}
+	}
+	slices.SortFunc(hs, func(x, y int32) int {
+		gx, gy := &p.groups[x], &p.groups[y]
+		return cmp.Or(cmp.Compare(gx.coloc, gy.coloc), cmp.Compare(gx.Bytes, gy.Bytes), cmp.Compare(x, y))
+	})
+	return hs
+}
+
+// ofColocation is the run of hs (sorted as swapCandidates sorts) in
+// colocation c, smallest first.
+func (r *repairer) ofColocation(hs []int32, c int32) []int32 {
+	p := r.p
+	i, _ := slices.BinarySearchFunc(hs, c, func(h int32, c int32) int { return cmp.Compare(p.groups[h].coloc, c) })
+	j := i
+	for j < len(hs) && p.groups[hs[j]].coloc == c {
+		j++
+	}
+	return hs[i:j]
 }
 
 // bestBytes finds the step from a (more bytes) to b that lowers the bytes
@@ -1082,25 +1087,11 @@ func (r *repairer) bestBytes(a, b int32) option {
 	// Swaps within a colocation keep every count; aim at the transfer that
 	// levels the two nodes' bytes.
 	want := (r.bytes[a]*p.nodes[b].cap - r.bytes[b]*p.nodes[a].cap) / (p.nodes[a].cap + p.nodes[b].cap)
-	var hs []int32
-	for _, hi := range r.at[b] {
-		if r.canGo(hi, a) {
-			hs = append(hs, hi)
-		}
-	}
-	slices.SortFunc(hs, func(x, y int32) int {
-		gx, gy := &p.groups[x], &p.groups[y]
-		return cmp.Or(cmp.Compare(gx.coloc, gy.coloc), cmp.Compare(gx.Bytes, gy.Bytes), cmp.Compare(x, y))
-	})
+	hs := r.swapCandidates(b, a)
 	for _, g := range gs {
 		G := &p.groups[g]
 		target := float64(G.Bytes) - want
-		i, _ := slices.BinarySearchFunc(hs, G.coloc, func(h int32, c int32) int { return cmp.Compare(p.groups[h].coloc, c) })
-		j := i
-		for j < len(hs) && p.groups[hs[j]].coloc == G.coloc {
-			j++
-		}
-		same := hs[i:j]
+		same := r.ofColocation(hs, G.coloc)
 		if len(same) == 0 {
 			continue
 		}
