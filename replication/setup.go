@@ -169,6 +169,13 @@ func connectReplication(ctx context.Context, cfg *pgconn.Config, appName string)
 // load, for the next running-transactions record, which the source logs
 // every 15 s), so bound ctx accordingly.
 func CreateSlot(ctx context.Context, sourceDSN, slot string) (*Snapshot, error) {
+	return createExportingSlot(ctx, sourceDSN, slot, false)
+}
+
+// createExportingSlot is CreateSlot, or with temporary CreateTemporarySlot:
+// a pgoutput slot made on a replication connection that exports its
+// snapshot and stays open (held by the Snapshot).
+func createExportingSlot(ctx context.Context, sourceDSN, slot string, temporary bool) (*Snapshot, error) {
 	if err := ValidateName("slot", slot); err != nil {
 		return nil, err
 	}
@@ -176,23 +183,39 @@ func CreateSlot(ctx context.Context, sourceDSN, slot string) (*Snapshot, error) 
 	if err != nil {
 		return nil, err
 	}
+	what, kind := "slot", ""
+	if temporary {
+		what, kind = "temporary slot", " TEMPORARY"
+	}
 	conn, err := connectReplication(ctx, cfg, slot)
 	if err != nil {
+		if temporary && pgCode(err) == "53300" { // too_many_connections: no WAL sender left
+			return nil, fmt.Errorf("%w: %s has no free WAL sender for a temporary slot (raise max_wal_senders): %w", ErrNoFreeSlot, addr(cfg), err)
+		}
 		return nil, err
 	}
 	// The name is validated above: replication commands take no parameters.
-	res, err := pglogrepl.ParseCreateReplicationSlot(conn.Exec(ctx, "CREATE_REPLICATION_SLOT "+slot+" LOGICAL pgoutput EXPORT_SNAPSHOT"))
+	res, err := pglogrepl.ParseCreateReplicationSlot(conn.Exec(ctx, "CREATE_REPLICATION_SLOT "+slot+kind+" LOGICAL pgoutput EXPORT_SNAPSHOT"))
 	if err != nil {
 		conn.Close(context.Background())
-		if pgCode(err) == "42710" {
+		switch {
+		case temporary && pgCode(err) == "53400": // configuration_limit_exceeded: all replication slots are in use
+			return nil, fmt.Errorf("%w: every replication slot of %s is in use (max_replication_slots); a temporary slot needs one more: %w", ErrNoFreeSlot, addr(cfg), err)
+		case temporary && pgCode(err) == "42710":
+			return nil, fmt.Errorf("create temporary slot %q on %s: a slot with this name exists: %w", slot, addr(cfg), err)
+		case pgCode(err) == "42710":
 			return nil, permanent(fmt.Errorf("create slot %q: a slot with this name already exists on %s: drop it (DropSlot) before creating it again: %w", slot, addr(cfg), err))
 		}
-		return nil, fmt.Errorf("create slot %q on %s: %w", slot, addr(cfg), err)
+		return nil, fmt.Errorf("create %s %q on %s: %w", what, slot, addr(cfg), err)
 	}
 	lsn, err := pglogrepl.ParseLSN(res.ConsistentPoint)
 	if err != nil {
 		conn.Close(context.Background())
-		return nil, fmt.Errorf("create slot %q: parse consistent point %q: %w", slot, res.ConsistentPoint, err)
+		return nil, fmt.Errorf("create %s %q: parse consistent point %q: %w", what, slot, res.ConsistentPoint, err)
+	}
+	if err := validateSnapshot(res.SnapshotName); err != nil {
+		conn.Close(context.Background())
+		return nil, err
 	}
 	return &Snapshot{Slot: slot, Name: res.SnapshotName, ConsistentLSN: lsn, conn: conn}, nil
 }
