@@ -209,7 +209,7 @@ func runLeastPrivilege(t *testing.T, citus bool) {
 	assert.True(t, v.OK(), "ledger violations: %v", v.Violations)
 	assert.Positive(t, v.Acknowledged)
 	for code := range run.Errors {
-		assert.Equal(t, "context", code, "unexpected workload errors: %v", run.Errors)
+		assert.Equal(t, "context", code, "unexpected workload errors: %v; first ones: %v", run.Errors, run.Details)
 	}
 
 	// Every move done and its group on its target.

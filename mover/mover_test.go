@@ -89,7 +89,7 @@ func verifyAllowing(t *testing.T, c *cluster, res workload.RunResult, allowed ..
 	}
 	assert.Positive(t, v.Acknowledged)
 	for code := range res.Errors {
-		assert.Contains(t, append([]string{"context"}, allowed...), code, "the workload saw an error the routing contract does not allow: %v", res.Errors)
+		assert.Contains(t, append([]string{"context"}, allowed...), code, "the workload saw an error the routing contract does not allow: %v; first ones: %v", res.Errors, res.Details)
 	}
 
 	cl, err := c.cat.Snapshot(ctx, metadata.SnapshotOptions{SkipSizes: true})

@@ -64,7 +64,7 @@ func checkLedger(t *testing.T, r *workload.Router, res workload.RunResult) {
 	assert.True(t, v.OK(), "ledger violations: %v", v.Violations)
 	assert.Positive(t, v.Acknowledged)
 	for code := range res.Errors {
-		assert.Equal(t, "context", code, "the workload saw errors while Citus routed its writes: %v", res.Errors)
+		assert.Equal(t, "context", code, "the workload saw errors while Citus routed its writes: %v; first ones: %v", res.Errors, res.Details)
 	}
 }
 

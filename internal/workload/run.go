@@ -44,7 +44,15 @@ type RunResult struct {
 	// (host:port). On compat that is the shard's placement; on Citus the
 	// client's entry node (Router.Entry), which Citus routes from.
 	Via map[string]int64
+	// Details describes the first errors of the run (up to maxDetails per
+	// client), each with its time, operation, row and the node the
+	// statement went to, so that a test that fails on Errors can say when
+	// and where (to lay beside the mover's log).
+	Details []string
 }
+
+// maxDetails bounds RunResult.Details per client.
+const maxDetails = 5
 
 // Ops is the total of acknowledged operations.
 func (r RunResult) Ops() int64 { return r.Ledger.Acknowledged() }
@@ -158,6 +166,7 @@ func run(ctx context.Context, stop <-chan struct{}, r *Router, opts RunOptions) 
 			for k, v := range cl.via {
 				res.Via[k] += v
 			}
+			res.Details = append(res.Details, cl.details...)
 			res.Latencies = append(res.Latencies, cl.lat...)
 			mu.Unlock()
 		}(c)
@@ -183,6 +192,8 @@ type client struct {
 	errs map[string]int64
 	via  map[string]int64
 	lat  []Latency
+	// details: the first errors, described (RunResult.Details).
+	details []string
 }
 
 func (c *client) run(ctx context.Context, stop <-chan struct{}) {
@@ -279,7 +290,7 @@ func (c *client) insert(ctx context.Context) {
 			e.Values()...)
 		return err
 	})
-	if c.done(ctx, err, k, true, 0) {
+	if c.done(ctx, "insert", start, via, err, k, true, 0) {
 		c.record("insert", start, via)
 		c.l.ackInsert(k)
 		c.live = append(c.live, k)
@@ -301,12 +312,13 @@ func (c *client) update(ctx context.Context) {
 		affected = tag.RowsAffected()
 		return err
 	})
-	if c.done(ctx, err, k, true, rev) {
+	if c.done(ctx, "update", start, via, err, k, true, rev) {
 		c.record("update", start, via)
 		if affected != 1 {
 			// The row the ledger says exists was not there: keep the ledger
 			// as it is so that Check reports it.
 			c.errs["update_missing_row"]++
+			c.detail(start, "update", k, via, errors.New("update_missing_row: the UPDATE found no row"))
 			c.forget(i)
 			return
 		}
@@ -327,11 +339,24 @@ func (c *client) delete(ctx context.Context) {
 		_, err := t.Pool.Exec(ctx, "DELETE FROM "+t.Rel.Sanitize()+" WHERE user_id = $1 AND event_id = $2", k.UserID, k.EventID)
 		return err
 	})
-	if c.done(ctx, err, k, false, 0) {
+	if c.done(ctx, "delete", start, via, err, k, false, 0) {
 		c.record("delete", start, via)
 		c.l.ackDelete(k)
 	}
 	c.forget(i)
+}
+
+// detail describes one error for RunResult.Details (the first few only).
+func (c *client) detail(at time.Time, op string, k Key, via Target, err error) {
+	if len(c.details) >= maxDetails {
+		return
+	}
+	node := "?"
+	if via.Pool != nil {
+		node = via.Node.Addr() + " " + via.Rel.Sanitize()
+	}
+	c.details = append(c.details, fmt.Sprintf("%s client %d %s user_id=%d event_id=%d via %s: %v",
+		at.UTC().Format("15:04:05.000000"), c.id, op, k.UserID, k.EventID, node, err))
 }
 
 func (c *client) forget(i int) {
@@ -343,7 +368,7 @@ func (c *client) forget(i int) {
 
 // done interprets a write's error: true when acknowledged. An error that
 // may have come after the server committed makes the row in doubt.
-func (c *client) done(ctx context.Context, err error, k Key, present bool, rev int64) bool {
+func (c *client) done(ctx context.Context, op string, start time.Time, via Target, err error, k Key, present bool, rev int64) bool {
 	if err == nil {
 		return true
 	}
@@ -353,6 +378,7 @@ func (c *client) done(ctx context.Context, err error, k Key, present bool, rev i
 		return false
 	}
 	c.errs[classify(err)]++
+	c.detail(start, op, k, via, err)
 	inDoubt := sent
 	if c.r.citus() {
 		inDoubt = sentThroughCitus
