@@ -529,6 +529,32 @@ func (c *Catalog) Cleanups(ctx context.Context, moveID int64) ([]CleanupRecord, 
 	return pgx.CollectRows(rows, pgx.RowToStructByPos[CleanupRecord])
 }
 
+// KeptOldCopies lists, by shard group key ("colocation:index", as
+// ShardGroup.Key), the node groups that still hold an old copy of the
+// group's tables: fenced by a finished move and recorded for the deferred
+// drop after the grace period. Empty when the journal is not installed.
+func (c *Catalog) KeptOldCopies(ctx context.Context) (map[string][]int32, error) {
+	ok, err := c.journalInstalled(ctx)
+	if err != nil || !ok {
+		return nil, err
+	}
+	rows, err := c.pool.Query(ctx, `SELECT m.colocation_id, m.shard_index, array_agg(DISTINCT c.node_group ORDER BY c.node_group)
+		FROM shardmover.cleanup c JOIN shardmover.moves m ON m.id = c.move_id
+		WHERE c.policy = $1 AND c.object_type = $2 GROUP BY 1, 2`, CleanupDeferred, ObjectTable)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string][]int32{}
+	var colocation int32
+	var index int
+	var groups []int32
+	_, err = pgx.ForEachRow(rows, []any{&colocation, &index, &groups}, func() error {
+		out[ShardGroup{ColocationID: colocation, Index: index}.Key()] = slices.Clone(groups)
+		return nil
+	})
+	return out, err
+}
+
 // RemoveCleanup deletes a record once its artifact is gone.
 func (c *Catalog) RemoveCleanup(ctx context.Context, id int64) error {
 	_, err := c.pool.Exec(ctx, "DELETE FROM shardmover.cleanup WHERE id = $1", id)

@@ -73,6 +73,11 @@ type StatusGroup struct {
 	// `rebalance`, `drain` and the daemon with --strategy by_load, never
 	// by `status`. A snapshot file may carry it for what-if planning.
 	Load float64 `json:"load,omitempty"`
+	// OldCopyNodes are the nodes that still hold an old copy of the group,
+	// fenced by a finished move and kept for the grace period
+	// (KeptOldCopies). The group cannot move back to one of them until
+	// `shardmover cleanup` drops the copy, so the planner avoids them.
+	OldCopyNodes []int32 `json:"old_copy_nodes,omitempty"`
 }
 
 // StatusSlot is one shardmover_* replication slot on a node and the WAL it
@@ -138,6 +143,9 @@ func (c *Cluster) Status(coordinator string) Status {
 // fails, every node keeps 1 and a warning says why.
 func (c *Catalog) ClusterStatus(ctx context.Context, cl *Cluster) Status {
 	st := cl.Status(c.CoordinatorAddr())
+	if err := c.markOldCopies(ctx, cl, &st); err != nil {
+		st.Warnings = append(slices.Clone(st.Warnings), fmt.Sprintf("old copies kept by finished moves unknown (%v); a plan may send a group back to a node that still holds one, which the move then refuses", err))
+	}
 	if c.flavor != Citus || len(st.Nodes) == 0 {
 		return st
 	}
@@ -169,6 +177,26 @@ func (c *Catalog) ClusterStatus(ctx context.Context, cl *Cluster) Status {
 		}
 	}
 	return st
+}
+
+// markOldCopies fills every group's OldCopyNodes from KeptOldCopies.
+func (c *Catalog) markOldCopies(ctx context.Context, cl *Cluster, st *Status) error {
+	kept, err := c.KeptOldCopies(ctx)
+	if err != nil || len(kept) == 0 {
+		return err
+	}
+	nodeOf := map[int32]int32{}
+	for _, n := range cl.Nodes {
+		nodeOf[n.GroupID] = n.ID
+	}
+	for i := range st.ShardGroups {
+		for _, grp := range kept[st.ShardGroups[i].ID] {
+			if id, ok := nodeOf[grp]; ok {
+				st.ShardGroups[i].OldCopyNodes = append(st.ShardGroups[i].OldCopyNodes, id)
+			}
+		}
+	}
+	return nil
 }
 
 // ReadStatus parses and validates a Status document (a snapshot file).

@@ -3,6 +3,7 @@ package scheduler
 import (
 	"context"
 	"math"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -221,7 +222,42 @@ func BuildInput(st metadata.Status, o PlanOptions) (planner.Input, error) {
 			return in, err
 		}
 	}
+	avoidOldCopies(st, &in)
 	return in, nil
+}
+
+// avoidOldCopies keeps each group off the nodes that still hold an old
+// copy of it (metadata.StatusGroup.OldCopyNodes): a move there is refused
+// until `shardmover cleanup` drops the copy. Only balancing is steered
+// this way: a group on a node that must be emptied, or pinned only to such nodes, must
+// move all the same, and its move's refusal says to run cleanup first.
+func avoidOldCopies(st metadata.Status, in *planner.Input) {
+	drained := map[int64]bool{}
+	for _, n := range in.Nodes {
+		if n.Drain || !n.ShouldHaveShards || n.Capacity == 0 {
+			drained[n.ID] = true
+		}
+	}
+	for i, sg := range st.ShardGroups {
+		g := &in.Groups[i]
+		if drained[g.Node] {
+			continue
+		}
+		var add []int64
+		for _, id := range sg.OldCopyNodes {
+			if n := int64(id); n != g.Node && !containsID(g.AvoidNodes, n) {
+				add = append(add, n)
+			}
+		}
+		if len(add) == 0 {
+			continue
+		}
+		avoid := append(slices.Clone(g.AvoidNodes), add...)
+		if len(g.PinnedTo) > 0 && len(without(g.PinnedTo, avoid)) == 0 {
+			continue
+		}
+		g.AvoidNodes = avoid
+	}
 }
 
 // LiveStatus is the status of the live cluster that planning reads: cl

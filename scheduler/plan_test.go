@@ -81,3 +81,65 @@ func TestStatusRoundTripByLoad(t *testing.T) {
 	require.ErrorIs(t, err, metadata.ErrInvalid)
 	assert.Equal(t, "LoadWindow must be a positive duration such as 30s, got 0s", err.Error(), "a library error names the option, not a flag")
 }
+
+// TestPlanAvoidsOldCopies: a group is never planned back onto a node that
+// still holds its old copy (a finished move's fenced tables, kept for the
+// grace period; the move would be refused there), unless it must leave a
+// node that is emptied and has nowhere else to go. The field survives a
+// snapshot round trip.
+func TestPlanAvoidsOldCopies(t *testing.T) {
+	st := metadata.Status{SchemaVersion: 1, Flavor: metadata.Compat, Coordinator: "10.0.0.1:5432",
+		Nodes: []metadata.StatusNode{
+			{ID: 2, GroupID: 1, Addr: "10.0.0.2:5432", Role: "worker", IsActive: true, ShouldHaveShards: true, Capacity: 1},
+			{ID: 3, GroupID: 2, Addr: "10.0.0.3:5432", Role: "worker", IsActive: true, ShouldHaveShards: true, Capacity: 1},
+			{ID: 4, GroupID: 3, Addr: "10.0.0.4:5432", Role: "worker", IsActive: true, ShouldHaveShards: true, Capacity: 1},
+		}}
+	// Six groups, four on node 2, two on node 3, none on node 4; two of
+	// node 2's were moved away from node 4 a moment ago.
+	for i := 0; i < 6; i++ {
+		node := int32(2)
+		if i >= 4 {
+			node = 3
+		}
+		g := metadata.StatusGroup{ID: fmt.Sprintf("1:%d", i), ColocationID: 1, Index: i, ShardIDs: []int64{int64(100 + i)},
+			Tables: []string{"t"}, NodeID: node, Bytes: 1 << 20, SizeKnown: true}
+		if i < 2 {
+			g.OldCopyNodes = []int32{4}
+		}
+		st.ShardGroups = append(st.ShardGroups, g)
+	}
+	var buf bytes.Buffer
+	require.NoError(t, json.NewEncoder(&buf).Encode(st))
+	back, err := metadata.ReadStatus(&buf)
+	require.NoError(t, err)
+	assert.Equal(t, []int32{4}, back.ShardGroups[0].OldCopyNodes)
+
+	o := scheduler.DefaultPlanOptions()
+	o.Strategy = "by_shard_count"
+	in, err := scheduler.BuildInput(back, o)
+	require.NoError(t, err)
+	res, err := planner.Plan(in)
+	require.NoError(t, err)
+	require.NotEmpty(t, res.Moves)
+	count := map[int64]int{2: 4, 3: 2}
+	for _, m := range res.Moves {
+		assert.False(t, m.To == 4 && (m.GroupID == "1:0" || m.GroupID == "1:1"),
+			"group %s planned back onto node 4, which holds its old copy", m.GroupID)
+		count[m.From]--
+		count[m.To]++
+	}
+	assert.Equal(t, map[int64]int{2: 2, 3: 2, 4: 2}, count, "still balanced by count")
+
+	// A group that must leave an emptied node may still go back where its
+	// old copy is (the move then asks for cleanup): nothing else takes it.
+	two := metadata.Status{SchemaVersion: 1, Flavor: metadata.Compat, Coordinator: st.Coordinator, Nodes: st.Nodes[1:],
+		ShardGroups: []metadata.StatusGroup{{ID: "1:0", ColocationID: 1, ShardIDs: []int64{100}, Tables: []string{"t"}, NodeID: 3,
+			Bytes: 1 << 20, SizeKnown: true, OldCopyNodes: []int32{4}}}}
+	o.Drain = []string{"10.0.0.3:5432"}
+	in, err = scheduler.BuildInput(two, o)
+	require.NoError(t, err)
+	res, err = planner.Plan(in)
+	require.NoError(t, err)
+	require.Len(t, res.Moves, 1)
+	assert.Equal(t, int64(4), res.Moves[0].To)
+}

@@ -3,14 +3,18 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net"
+	"slices"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/shardmover/shardmover/metadata"
 	"github.com/shardmover/shardmover/verify"
 )
 
@@ -92,6 +96,26 @@ func TestVerifyAfterMove(t *testing.T) {
 
 	_, msg, code = run(t, "move", "--shard", "102008", "--to", target.Addr(), "--coordinator", coord)
 	require.Equal(t, 0, code, msg)
+
+	// The status names the node keeping the old copy, which planning
+	// avoids for the group until cleanup drops it.
+	out, msg, code = run(t, "status", "-o", "json", "--coordinator", coord)
+	require.Equal(t, 0, code, "%s\n%s", msg, out)
+	var st metadata.Status
+	require.NoError(t, json.Unmarshal([]byte(out), &st))
+	var holder int32
+	for _, n := range st.Nodes {
+		if strings.HasSuffix(n.Addr, fmt.Sprintf(":%d", holderPort)) {
+			holder = n.ID
+		}
+	}
+	for _, g := range st.ShardGroups {
+		if slices.Contains(g.ShardIDs, 102008) {
+			assert.Equal(t, []int32{holder}, g.OldCopyNodes, "group %s", g.ID)
+		} else {
+			assert.Empty(t, g.OldCopyNodes, "group %s", g.ID)
+		}
+	}
 
 	out, msg, code = run(t, "verify", "--shard", "102008", "--throttle", "50MB/s", "--coordinator", coord)
 	require.Equal(t, 0, code, "%s\n%s", msg, out)
