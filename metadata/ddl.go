@@ -142,31 +142,105 @@ const tableSQL = `SELECT c.oid FROM pg_catalog.pg_class c JOIN pg_catalog.pg_nam
 
 // ReadTableDDL reads the definition of the table schema.name (table[0],
 // table[1]; no dotted text is parsed) from the server conn points to. It
-// sends its queries as one batch (one round trip once pgx has prepared
-// them) and one more for the positions of identity sequences, if any.
-// Expressions and type names are printed with an empty search_path, so
-// everything outside pg_catalog is schema-qualified; the session's
-// search_path is restored in the same batch. Inside a transaction, every
-// part comes from that transaction's snapshot.
+// is ReadTablesDDL for one table.
 func ReadTableDDL(ctx context.Context, conn interface {
 	SendBatch(context.Context, *pgx.Batch) pgx.BatchResults
 }, table pgx.Identifier) (TableDDL, error) {
-	var d TableDDL
-	if len(table) != 2 {
-		return d, fmt.Errorf("ReadTableDDL needs schema and name, got %d parts", len(table))
+	ds, err := ReadTablesDDL(ctx, conn, []pgx.Identifier{table})
+	if err != nil {
+		return TableDDL{}, err
 	}
-	display := table.Sanitize()
+	return ds[0], nil
+}
+
+// tablesSQL resolves the tables by schema ($1) and name ($2), two arrays
+// of the same length, without parsing: one row (i, oid) per table that
+// exists, i its 1-based position in the arrays.
+const tablesSQL = `SELECT u.i::int AS i, c.oid FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS u(s, r, i)
+	JOIN pg_catalog.pg_namespace n ON n.nspname = u.s
+	JOIN pg_catalog.pg_class c ON c.relnamespace = n.oid AND c.relname = u.r`
+
+// tablesGrantsSQL is grantsSQL for every table of tablesSQL, each row led
+// by the table's position.
+const tablesGrantsSQL = `WITH t AS (` + tablesSQL + `)
+	SELECT t.i, '' AS col, coalesce(r.rolname::text, '') AS grantee, x.privilege_type::text, x.is_grantable
+	FROM t JOIN pg_catalog.pg_class c ON c.oid = t.oid
+	CROSS JOIN LATERAL pg_catalog.aclexplode(coalesce(c.relacl, pg_catalog.acldefault('r', c.relowner))) x
+	LEFT JOIN pg_catalog.pg_roles r ON r.oid = x.grantee
+	UNION ALL
+	SELECT t.i, a.attname::text, coalesce(r.rolname::text, ''), x.privilege_type::text, x.is_grantable
+	FROM t JOIN pg_catalog.pg_attribute a ON a.attrelid = t.oid AND a.attnum > 0 AND NOT a.attisdropped
+	CROSS JOIN LATERAL pg_catalog.aclexplode(a.attacl) x
+	LEFT JOIN pg_catalog.pg_roles r ON r.oid = x.grantee
+	ORDER BY 1, 2, 3, 4`
+
+// ReadTablesDDL reads the definitions of tables (each schema.name:
+// table[0], table[1]; no dotted text is parsed) from the server conn
+// points to, in the order given. It sends its queries as one batch for
+// every table together (one round trip once pgx has prepared them,
+// whatever the number of tables) and one more for the positions of
+// identity sequences, if any. Expressions and type names are printed with
+// an empty search_path, so everything outside pg_catalog is
+// schema-qualified; the session's search_path is restored in the same
+// batch. The queries run with plan_cache_mode = force_generic_plan (also
+// restored in the batch): planning these catalog joins costs several
+// times their execution, and a generic plan is made once per session
+// instead of once per call. Inside a transaction, every part comes from
+// that transaction's snapshot. When some table cannot be read, the error
+// is the one ReadTableDDL gives for the first such table in the order
+// given.
+func ReadTablesDDL(ctx context.Context, conn interface {
+	SendBatch(context.Context, *pgx.Batch) pgx.BatchResults
+}, tables []pgx.Identifier) ([]TableDDL, error) {
+	if len(tables) == 0 {
+		return nil, nil
+	}
+	schemas := make([]string, len(tables))
+	names := make([]string, len(tables))
+	displays := make([]string, len(tables))
+	for i, t := range tables {
+		if len(t) != 2 {
+			return nil, fmt.Errorf("ReadTableDDL needs schema and name, got %d parts", len(t))
+		}
+		schemas[i], names[i], displays[i] = t[0], t[1], t.Sanitize()
+	}
+	display := strings.Join(displays, ", ")
+	out := make([]TableDDL, len(tables))
+	for i := range out {
+		// As pgx.CollectRows left them for one table: empty, not nil.
+		out[i].Constraints, out[i].Grants = []ConstraintDef{}, []Grant{}
+	}
+	// found: the table exists; bad: the first problem with it, in the
+	// order ReadTableDDL met them for one table.
+	found := make([]bool, len(tables))
+	bad := make([]error, len(tables))
+	fail := func(i int, err error) {
+		if bad[i] == nil {
+			bad[i] = err
+		}
+	}
+	// at turns a row's 1-based position into an index, refusing one the
+	// query cannot have sent.
+	at := func(pos int32) (int, error) {
+		if pos < 1 || int(pos) > len(tables) {
+			return 0, fmt.Errorf("catalog query returned table position %d of %d", pos, len(tables))
+		}
+		return int(pos) - 1, nil
+	}
 	b := &pgx.Batch{}
 	b.Queue(`SELECT pg_catalog.set_config('shardmover.saved_search_path', pg_catalog.current_setting('search_path'), false),
-		pg_catalog.set_config('search_path', '', false)`)
-	b.Queue(`WITH t AS (`+tableSQL+`)
-		SELECT c.relkind::text, c.relreplident::text,
+		pg_catalog.set_config('search_path', '', false),
+		pg_catalog.set_config('shardmover.saved_plan_cache_mode', pg_catalog.current_setting('plan_cache_mode'), false),
+		pg_catalog.set_config('plan_cache_mode', 'force_generic_plan', false)`)
+	b.Queue(`WITH t AS (`+tablesSQL+`)
+		SELECT t.i, c.relkind::text, c.relreplident::text,
 			coalesce((SELECT ic.relname::text FROM pg_catalog.pg_index i JOIN pg_catalog.pg_class ic ON ic.oid = i.indexrelid
 				WHERE i.indrelid = c.oid AND i.indisreplident), ''),
 			pg_catalog.pg_get_userbyid(c.relowner)::text
-		FROM t JOIN pg_catalog.pg_class c ON c.oid = t.oid`, table[0], table[1])
-	b.Queue(`WITH t AS (`+tableSQL+`)
-		SELECT a.attname::text, pg_catalog.format_type(a.atttypid, a.atttypmod),
+		FROM t JOIN pg_catalog.pg_class c ON c.oid = t.oid
+		ORDER BY t.i`, schemas, names)
+	b.Queue(`WITH t AS (`+tablesSQL+`)
+		SELECT t.i, a.attname::text, pg_catalog.format_type(a.atttypid, a.atttypmod),
 			CASE WHEN a.attcollation <> 0 AND a.attcollation <> ty.typcollation
 				THEN pg_catalog.quote_ident(cn.nspname) || '.' || pg_catalog.quote_ident(co.collname) ELSE '' END,
 			a.attnotnull, a.attidentity::text, a.attgenerated::text,
@@ -193,14 +267,14 @@ func ReadTableDDL(ctx context.Context, conn interface {
 			  AND dp.refobjid = a.attrelid AND dp.refobjsubid = a.attnum AND dp.deptype = 'i'
 			LIMIT 1) seq ON a.attidentity <> ''
 		WHERE a.attnum > 0 AND NOT a.attisdropped
-		ORDER BY a.attnum`, table[0], table[1])
-	b.Queue(`WITH t AS (`+tableSQL+`)
-		SELECT k.conname::text, k.contype::text, pg_catalog.pg_get_constraintdef(k.oid), k.convalidated
+		ORDER BY t.i, a.attnum`, schemas, names)
+	b.Queue(`WITH t AS (`+tablesSQL+`)
+		SELECT t.i, k.conname::text, k.contype::text, pg_catalog.pg_get_constraintdef(k.oid), k.convalidated
 		FROM t JOIN pg_catalog.pg_constraint k ON k.conrelid = t.oid
 		WHERE k.contype IN ('p', 'u', 'c', 'x')
-		ORDER BY k.contype = 'p' DESC, k.conname`, table[0], table[1])
-	b.Queue(`WITH t AS (`+tableSQL+`)
-		SELECT ic.relname::text, i.indisunique, pg_catalog.pg_get_indexdef(i.indexrelid),
+		ORDER BY t.i, k.contype = 'p' DESC, k.conname`, schemas, names)
+	b.Queue(`WITH t AS (`+tablesSQL+`)
+		SELECT t.i, ic.relname::text, i.indisunique, pg_catalog.pg_get_indexdef(i.indexrelid),
 			'CREATE ' || CASE WHEN i.indisunique THEN 'UNIQUE ' ELSE '' END || 'INDEX ' || pg_catalog.quote_ident(ic.relname)
 				|| ' ON ' || pg_catalog.quote_ident(n.nspname) || '.' || pg_catalog.quote_ident(c.relname) || ' USING '
 		FROM t JOIN pg_catalog.pg_index i ON i.indrelid = t.oid
@@ -210,11 +284,13 @@ func ReadTableDDL(ctx context.Context, conn interface {
 		WHERE i.indisvalid AND i.indislive
 		  AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_constraint k
 			WHERE k.conindid = i.indexrelid AND k.conrelid = i.indrelid AND k.contype IN ('p', 'u', 'x'))
-		ORDER BY ic.relname`, table[0], table[1])
-	b.Queue(grantsSQL, table[0], table[1])
-	b.Queue(`SELECT pg_catalog.set_config('search_path', pg_catalog.current_setting('shardmover.saved_search_path'), false)`)
+		ORDER BY t.i, ic.relname`, schemas, names)
+	b.Queue(tablesGrantsSQL, schemas, names)
+	b.Queue(`SELECT pg_catalog.set_config('search_path', pg_catalog.current_setting('shardmover.saved_search_path'), false),
+		pg_catalog.set_config('plan_cache_mode', pg_catalog.current_setting('shardmover.saved_plan_cache_mode'), false)`)
 
 	type seqRef struct {
+		table  int
 		col    int
 		schema string
 		name   string
@@ -226,46 +302,75 @@ func ReadTableDDL(ctx context.Context, conn interface {
 		if _, err := res.Exec(); err != nil {
 			return err
 		}
-		var kind, replident, replIndex string
-		if err := res.QueryRow().Scan(&kind, &replident, &replIndex, &d.Owner); err != nil {
-			if errors.Is(err, pgx.ErrNoRows) {
-				return invalidf("table %s does not exist", display)
-			}
+		rows, err := res.Query()
+		if err != nil {
 			return err
 		}
-		if kind != "r" {
-			return invalidf("%s is not an ordinary table (relkind %q); only ordinary tables are copied", display, kind)
+		for rows.Next() {
+			var pos int32
+			var kind, replident, replIndex, owner string
+			if err := rows.Scan(&pos, &kind, &replident, &replIndex, &owner); err != nil {
+				rows.Close()
+				return err
+			}
+			i, err := at(pos)
+			if err != nil {
+				rows.Close()
+				return err
+			}
+			found[i] = true
+			if kind != "r" {
+				fail(i, invalidf("%s is not an ordinary table (relkind %q); only ordinary tables are copied", displays[i], kind))
+				continue
+			}
+			out[i].Owner = owner
+			out[i].Replica = ReplicaIdentity{Kind: replident[0], Index: replIndex}
 		}
-		d.Replica = ReplicaIdentity{Kind: replident[0], Index: replIndex}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		for i := range tables {
+			if !found[i] {
+				fail(i, invalidf("table %s does not exist", displays[i]))
+			}
+		}
 
-		rows, err := res.Query()
+		rows, err = res.Query()
 		if err != nil {
 			return fmt.Errorf("read columns: %w", err)
 		}
 		for rows.Next() {
+			var pos int32
 			var c ColumnDef
 			var identity, generated, def, seqSchema, seqName string
 			var fromSeq bool
 			var id Identity
-			if err := rows.Scan(&c.Name, &c.Type, &c.Collation, &c.NotNull, &identity, &generated, &def, &fromSeq,
+			if err := rows.Scan(&pos, &c.Name, &c.Type, &c.Collation, &c.NotNull, &identity, &generated, &def, &fromSeq,
 				&seqSchema, &seqName, &id.Start, &id.Increment, &id.Min, &id.Max, &id.Cache, &id.Cycle); err != nil {
 				rows.Close()
 				return fmt.Errorf("read columns: %w", err)
 			}
+			i, err := at(pos)
+			if err != nil {
+				rows.Close()
+				return fmt.Errorf("read columns: %w", err)
+			}
+			d := &out[i]
 			switch {
 			case generated == "s":
 				c.Generated = def
 			case generated != "":
-				rows.Close()
-				return invalidf("column %q of %s is generated in a way this version cannot copy (%q)", c.Name, display, generated)
+				fail(i, invalidf("column %q of %s is generated in a way this version cannot copy (%q)", c.Name, displays[i], generated))
+				continue
 			case identity != "":
 				if seqName == "" {
-					rows.Close()
-					return fmt.Errorf("identity column %q of %s has no sequence", c.Name, display)
+					fail(i, fmt.Errorf("identity column %q of %s has no sequence", c.Name, displays[i]))
+					continue
 				}
 				id.Always = identity == "a"
 				c.Identity = &id
-				seqs = append(seqs, seqRef{len(d.Columns), seqSchema, seqName})
+				seqs = append(seqs, seqRef{i, len(d.Columns), seqSchema, seqName})
 			case !fromSeq:
 				c.Default = def
 			}
@@ -280,7 +385,22 @@ func ReadTableDDL(ctx context.Context, conn interface {
 		if err != nil {
 			return fmt.Errorf("read constraints: %w", err)
 		}
-		if d.Constraints, err = pgx.CollectRows(rows, pgx.RowToStructByPos[ConstraintDef]); err != nil {
+		for rows.Next() {
+			var pos int32
+			var k ConstraintDef
+			if err := rows.Scan(&pos, &k.Name, &k.Type, &k.Def, &k.Valid); err != nil {
+				rows.Close()
+				return fmt.Errorf("read constraints: %w", err)
+			}
+			i, err := at(pos)
+			if err != nil {
+				rows.Close()
+				return fmt.Errorf("read constraints: %w", err)
+			}
+			out[i].Constraints = append(out[i].Constraints, k)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
 			return fmt.Errorf("read constraints: %w", err)
 		}
 
@@ -289,29 +409,51 @@ func ReadTableDDL(ctx context.Context, conn interface {
 			return fmt.Errorf("read indexes: %w", err)
 		}
 		for rows.Next() {
+			var pos int32
 			var ix IndexDef
 			var def, prefix string
-			if err := rows.Scan(&ix.Name, &ix.Unique, &def, &prefix); err != nil {
+			if err := rows.Scan(&pos, &ix.Name, &ix.Unique, &def, &prefix); err != nil {
+				rows.Close()
+				return fmt.Errorf("read indexes: %w", err)
+			}
+			i, err := at(pos)
+			if err != nil {
 				rows.Close()
 				return fmt.Errorf("read indexes: %w", err)
 			}
 			body, ok := strings.CutPrefix(def, prefix)
 			if !ok || body == "" {
-				rows.Close()
-				return fmt.Errorf("index %q of %s: its definition does not start with %q; refusing to copy it", ix.Name, display, prefix)
+				fail(i, fmt.Errorf("index %q of %s: its definition does not start with %q; refusing to copy it", ix.Name, displays[i], prefix))
+				continue
 			}
 			ix.Body = body
-			d.Indexes = append(d.Indexes, ix)
+			out[i].Indexes = append(out[i].Indexes, ix)
 		}
 		rows.Close()
 		if err := rows.Err(); err != nil {
 			return fmt.Errorf("read indexes: %w", err)
 		}
+
 		rows, err = res.Query()
 		if err != nil {
 			return fmt.Errorf("read privileges: %w", err)
 		}
-		if d.Grants, err = pgx.CollectRows(rows, pgx.RowToStructByPos[Grant]); err != nil {
+		for rows.Next() {
+			var pos int32
+			var g Grant
+			if err := rows.Scan(&pos, &g.Column, &g.Grantee, &g.Privilege, &g.Grantable); err != nil {
+				rows.Close()
+				return fmt.Errorf("read privileges: %w", err)
+			}
+			i, err := at(pos)
+			if err != nil {
+				rows.Close()
+				return fmt.Errorf("read privileges: %w", err)
+			}
+			out[i].Grants = append(out[i].Grants, g)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
 			return fmt.Errorf("read privileges: %w", err)
 		}
 		if _, err := res.Exec(); err != nil {
@@ -320,10 +462,16 @@ func ReadTableDDL(ctx context.Context, conn interface {
 		return res.Close()
 	}()
 	if err != nil {
-		if errors.Is(err, ErrInvalid) {
-			return TableDDL{}, err
+		return nil, fmt.Errorf("read the definition of %s: %w", display, err)
+	}
+	for i, err := range bad {
+		switch {
+		case err == nil:
+		case errors.Is(err, ErrInvalid):
+			return nil, err
+		default:
+			return nil, fmt.Errorf("read the definition of %s: %w", displays[i], err)
 		}
-		return TableDDL{}, fmt.Errorf("read the definition of %s: %w", display, err)
 	}
 	if len(seqs) > 0 {
 		b := &pgx.Batch{}
@@ -332,17 +480,17 @@ func ReadTableDDL(ctx context.Context, conn interface {
 		}
 		res := conn.SendBatch(ctx, b)
 		for _, s := range seqs {
-			id := d.Columns[s.col].Identity
+			id := out[s.table].Columns[s.col].Identity
 			if err := res.QueryRow().Scan(&id.LastValue, &id.IsCalled); err != nil {
 				res.Close()
-				return TableDDL{}, fmt.Errorf("read the identity sequence of %s.%q: %w", display, d.Columns[s.col].Name, err)
+				return nil, fmt.Errorf("read the identity sequence of %s.%q: %w", displays[s.table], out[s.table].Columns[s.col].Name, err)
 			}
 		}
 		if err := res.Close(); err != nil {
-			return TableDDL{}, fmt.Errorf("read the identity sequences of %s: %w", display, err)
+			return nil, fmt.Errorf("read the identity sequences of %s: %w", display, err)
 		}
 	}
-	return d, nil
+	return out, nil
 }
 
 // CreateStatement renders CREATE TABLE IF NOT EXISTS for target with the
