@@ -240,56 +240,65 @@ func predicted(t testing.TB, cl *metadata.Cluster, res *scenarioResult) map[int6
 
 // BenchmarkMoveUnderWorkload reports, as benchmark output, the copy rate,
 // the time in each phase, and the workload's write latency around each
-// cutover. Scale with SHARDMOVER_BENCH_EVENTS.
+// cutover, once with 8 routed clients (clients=8) and once with 32
+// (clients=32) on the same layout: each sub-benchmark builds its own
+// cluster, loads the same data and moves 4 groups while its clients write.
+// cutover_p50/p99/max_ms are the writes acknowledged from 2 s before to 1 s
+// after each cutover; max_write_pause_ms is the longest write pause the
+// mover measured in its cutovers. Scale with SHARDMOVER_BENCH_EVENTS.
 func BenchmarkMoveUnderWorkload(b *testing.B) {
 	events := int64(60000)
 	if v := benchEnv("SHARDMOVER_BENCH_EVENTS"); v > 0 {
 		events = v
 	}
-	for i := 0; i < b.N; i++ {
-		res := runScenario(b, scenario{Users: 5000, Events: events, Shards: 16, Moves: 4, Clients: 8})
-		phase := map[string]time.Duration{}
-		var copied int64
-		var copyTime time.Duration
-		var around []workload.Latency
-		for _, m := range res.moves {
-			h := res.history[m.ID]
-			for j := 1; j < len(h); j++ {
-				phase[h[j-1].To] += h[j].At.Sub(h[j-1].At)
-				if h[j-1].To == "copying" {
-					copyTime += h[j].At.Sub(h[j-1].At)
-				}
-				if h[j].To == "cleanup" {
-					at := h[j].At
-					for _, l := range res.run.Latencies {
-						if l.At.After(at.Add(-2*time.Second)) && l.At.Before(at.Add(time.Second)) {
-							around = append(around, l)
+	for _, clients := range []int{8, 32} {
+		b.Run(fmt.Sprintf("clients=%d", clients), func(b *testing.B) {
+			for i := 0; i < b.N; i++ {
+				res := runScenario(b, scenario{Users: 5000, Events: events, Shards: 16, Moves: 4, Clients: clients})
+				phase := map[string]time.Duration{}
+				var copied int64
+				var copyTime time.Duration
+				var around []workload.Latency
+				for _, m := range res.moves {
+					h := res.history[m.ID]
+					for j := 1; j < len(h); j++ {
+						phase[h[j-1].To] += h[j].At.Sub(h[j-1].At)
+						if h[j-1].To == "copying" {
+							copyTime += h[j].At.Sub(h[j-1].At)
+						}
+						if h[j].To == "cleanup" {
+							at := h[j].At
+							for _, l := range res.run.Latencies {
+								if l.At.After(at.Add(-2*time.Second)) && l.At.Before(at.Add(time.Second)) {
+									around = append(around, l)
+								}
+							}
 						}
 					}
+					copied += m.BytesCopied
 				}
+				if copyTime > 0 {
+					b.ReportMetric(float64(copied)/copyTime.Seconds()/1e6, "copy_MB/s")
+				}
+				names := make([]string, 0, len(phase))
+				for p := range phase {
+					names = append(names, p)
+				}
+				sort.Strings(names)
+				for _, p := range names {
+					b.ReportMetric(phase[p].Seconds()/float64(len(res.moves)), p+"_s/move")
+				}
+				b.ReportMetric(ms(workload.Percentile(around, 50, time.Time{}, time.Time{})), "cutover_p50_ms")
+				b.ReportMetric(ms(workload.Percentile(around, 99, time.Time{}, time.Time{})), "cutover_p99_ms")
+				b.ReportMetric(ms(workload.Percentile(around, 100, time.Time{}, time.Time{})), "cutover_max_ms")
+				b.ReportMetric(ms(workload.Percentile(res.run.Latencies, 99, time.Time{}, time.Time{})), "overall_p99_ms")
+				var maxPause time.Duration
+				for _, d := range res.pauses {
+					maxPause = max(maxPause, d)
+				}
+				b.ReportMetric(ms(maxPause), "max_write_pause_ms")
 			}
-			copied += m.BytesCopied
-		}
-		if copyTime > 0 {
-			b.ReportMetric(float64(copied)/copyTime.Seconds()/1e6, "copy_MB/s")
-		}
-		names := make([]string, 0, len(phase))
-		for p := range phase {
-			names = append(names, p)
-		}
-		sort.Strings(names)
-		for _, p := range names {
-			b.ReportMetric(phase[p].Seconds()/float64(len(res.moves)), p+"_s/move")
-		}
-		b.ReportMetric(ms(workload.Percentile(around, 50, time.Time{}, time.Time{})), "cutover_p50_ms")
-		b.ReportMetric(ms(workload.Percentile(around, 99, time.Time{}, time.Time{})), "cutover_p99_ms")
-		b.ReportMetric(ms(workload.Percentile(around, 100, time.Time{}, time.Time{})), "cutover_max_ms")
-		b.ReportMetric(ms(workload.Percentile(res.run.Latencies, 99, time.Time{}, time.Time{})), "overall_p99_ms")
-		var maxPause time.Duration
-		for _, d := range res.pauses {
-			maxPause = max(maxPause, d)
-		}
-		b.ReportMetric(ms(maxPause), "max_write_pause_ms")
+		})
 	}
 }
 
