@@ -44,6 +44,8 @@ type DaemonConfig struct {
 	// Plan and Limits shape each rebalance.
 	Plan   PlanOptions
 	Limits mover.Limits
+	// Recheck is each rebalance's JobRequest.Recheck.
+	Recheck int
 	// Mover configures moves; its Logger is the daemon's logger.
 	Mover mover.Config
 }
@@ -51,7 +53,7 @@ type DaemonConfig struct {
 // DefaultDaemonConfig returns the documented defaults.
 func DefaultDaemonConfig() DaemonConfig {
 	return DaemonConfig{Listen: "127.0.0.1:9187", Settle: 30 * time.Second, Poll: time.Second,
-		KeepOldFor: 10 * time.Minute, SweepEvery: time.Minute,
+		KeepOldFor: 10 * time.Minute, SweepEvery: time.Minute, Recheck: DefaultRecheck,
 		Plan: DefaultPlanOptions(), Limits: mover.DefaultLimits(), Mover: mover.DefaultConfig()}
 }
 
@@ -118,6 +120,9 @@ func (cfg DaemonConfig) Validate() error {
 }
 
 func (cfg DaemonConfig) check() (*time.Location, []cron.Schedule, error) {
+	if cfg.Recheck < 0 {
+		return nil, nil, optionf("Recheck", "must be 0 or more, got %d", cfg.Recheck)
+	}
 	if cfg.KeepOldFor < 0 {
 		return nil, nil, optionf("KeepOldFor", "must not be negative, got %s", cfg.KeepOldFor)
 	}
@@ -619,7 +624,7 @@ func (d *Daemon) trigger(ctx context.Context, term *metadata.Leadership, source 
 		return false
 	}
 	log.Info("rebalance triggered")
-	out, err := d.runner.Run(ctx, JobRequest{Kind: "rebalance", Plan: d.cfg.Plan, Limits: d.cfg.Limits, Fence: term})
+	out, err := d.runner.Run(ctx, JobRequest{Kind: "rebalance", Plan: d.cfg.Plan, Limits: d.cfg.Limits, Fence: term, Recheck: d.cfg.Recheck})
 	d.mu.Lock()
 	d.lastPlan = time.Now()
 	d.mu.Unlock()

@@ -119,13 +119,27 @@ type JobRequest struct {
 	// the job carries its epoch, and is recorded only while it is current
 	// (metadata.ErrNotLeader otherwise).
 	Fence *metadata.Leadership
+	// Recheck, for a rebalance, is how many times the cluster is measured
+	// again after a job that finished every move, each time running one
+	// more job when the fresh plan still has moves (0: never). A copied
+	// group is smaller on its new node than it was on its old one (the
+	// copy carries none of the old one's dead rows and free space), so the
+	// bytes the nodes end with are not quite the bytes the plan balanced.
+	Recheck int
 }
+
+// DefaultRecheck is JobRequest.Recheck's default for rebalances: one more
+// measurement after the job.
+const DefaultRecheck = 1
 
 // JobOutcome is what a rebalance or drain did.
 type JobOutcome struct {
 	Plan   planner.Result
 	Job    *metadata.Job
 	Result mover.JobResult
+	// Rechecks are the jobs run after measuring again (JobRequest.Recheck),
+	// in order; only those that had moves to make.
+	Rechecks []JobOutcome
 }
 
 // ErrBusy is returned (wrapped, matching metadata.ErrInvalid) when another
@@ -175,7 +189,8 @@ func (e *busyError) Is(target error) bool {
 	return target == ErrBusy || target == metadata.ErrInvalid
 }
 
-func (r *Runner) runLocked(ctx context.Context, req JobRequest) (JobOutcome, error) {
+// runOne plans and runs one job.
+func (r *Runner) runOne(ctx context.Context, req JobRequest) (JobOutcome, error) {
 	var out JobOutcome
 	res, err := r.Plan(ctx, req.Plan)
 	if err != nil {
@@ -234,6 +249,28 @@ func (r *Runner) runLocked(ctx context.Context, req JobRequest) (JobOutcome, err
 	}
 	r.log.Info("job ended", zap.Int64("job_id", job.ID), zap.Int("done", out.Result.Done), zap.Int("failed", out.Result.Failed),
 		zap.Int("unfinished", out.Result.Unfinished), zap.Error(err))
+	return out, err
+}
+
+// runLocked runs req's job and then, for a rebalance, its rechecks
+// (JobRequest.Recheck): each after a job that finished every move.
+func (r *Runner) runLocked(ctx context.Context, req JobRequest) (JobOutcome, error) {
+	out, err := r.runOne(ctx, req)
+	last := out
+	for left := req.Recheck; left > 0 && req.Kind == "rebalance"; left-- {
+		if err != nil || last.Job == nil || ctx.Err() != nil || last.Result.Failed+last.Result.Cancelled+last.Result.Unfinished > 0 {
+			break
+		}
+		r.log.Info("measuring the cluster again after the job", zap.Int64("job_id", last.Job.ID), zap.Int("rechecks_left", left-1))
+		last, err = r.runOne(ctx, req)
+		if last.Job == nil {
+			if err != nil {
+				err = fmt.Errorf("the moves are done, but measuring again to settle the balance failed: %w", err)
+			}
+			break
+		}
+		out.Rechecks = append(out.Rechecks, last)
+	}
 	return out, err
 }
 

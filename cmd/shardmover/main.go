@@ -138,7 +138,7 @@ func exitCode(err error) int {
 // refused value (metadata.OptionError, which names the option as the
 // library knows it) is reported under the flag the user typed.
 var optionFlags = map[string]string{
-	"KeepOldFor": "--keep-old-for", "Settle": "--settle", "Poll": "--poll",
+	"KeepOldFor": "--keep-old-for", "Recheck": "--recheck", "Settle": "--settle", "Poll": "--poll",
 	"Limits.Concurrency": "--concurrency", "Limits.PerNode": "--per-node",
 	"Timezone": "--timezone", "Schedules": "--schedule", "Listen": "--listen", "node": "--node",
 	"Strategy": "--strategy", "Threshold": "--threshold", "ImprovementThreshold": "--improvement-threshold",

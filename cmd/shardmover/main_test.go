@@ -277,6 +277,8 @@ func TestRebalanceDrainDaemonBadInput(t *testing.T) {
 		{[]string{"rebalance", "--per-node", "0"}, "--per-node must be at least 1"},
 		{[]string{"rebalance", "--strategy", "nope", "--dry-run"}, "does not exist"},
 		{[]string{"rebalance", "--max-bandwidth", "lots"}, "is not a rate"},
+		{[]string{"rebalance", "--recheck", "-1"}, "--recheck must be 0 or more"},
+		{[]string{"daemon", "--recheck", "-2"}, "--recheck must be 0 or more"},
 		{[]string{"drain"}, "--node is required"},
 		{[]string{"drain", "--node", "127.0.0.1:1"}, "not a registered node"},
 		{[]string{"drain", "--node", w}, "last node that may hold shards"},

@@ -28,6 +28,7 @@ type jobFlags struct {
 	maxWAL                 maxWALFlag
 	verify                 verifyFlag
 	rules                  ruleFlags
+	recheck                int
 }
 
 func (f *jobFlags) register(cmd *cobra.Command, withPlan bool) {
@@ -40,6 +41,7 @@ func (f *jobFlags) register(cmd *cobra.Command, withPlan bool) {
 		fl.Float64Var(&f.threshold, "threshold", 0, "balanced when every node is within (1 ± threshold) × average (default: the strategy's)")
 		fl.Float64Var(&f.improvement, "improvement-threshold", 0, "skip moves whose gain is small for their size (default: the strategy's)")
 		f.baseCost.register(cmd)
+		fl.IntVar(&f.recheck, "recheck", scheduler.DefaultRecheck, "after a rebalance that finished every move, measure the nodes again and rebalance once more when they are still outside the threshold, up to this many times (0: never); a copied group is smaller on its new node, having none of the old copy's dead rows")
 		fl.IntVar(&f.plan.MaxMoves, "max-moves", f.plan.MaxMoves, "most balancing moves; moves a drain, isolation or placement rule forces are not counted and always planned (unlike Citus's max_shard_moves, which counts them: a drain must empty its node)")
 	}
 	f.rules.register(cmd)
@@ -52,6 +54,9 @@ func (f *jobFlags) register(cmd *cobra.Command, withPlan bool) {
 func (f *jobFlags) resolve(cmd *cobra.Command) error {
 	if err := checkLimits(f.limits); err != nil {
 		return err
+	}
+	if f.recheck < 0 {
+		return usagef("--recheck must be 0 or more, got %d", f.recheck)
 	}
 	f.plan.MaxPerNode = f.limits.PerNode
 	if err := checkLoadWindowFlag(cmd, f.plan.Strategy); err != nil {
@@ -137,7 +142,7 @@ func newRebalanceCmd(g *globals) *cobra.Command {
 				return res.Render(cmd.OutOrStdout())
 			}
 			var refused error
-			req := scheduler.JobRequest{Kind: "rebalance", Plan: f.plan, Limits: f.limits,
+			req := scheduler.JobRequest{Kind: "rebalance", Plan: f.plan, Limits: f.limits, Recheck: f.recheck,
 				Confirm: func(res planner.Result) bool {
 					if g.output == "table" {
 						_ = res.Render(cmd.ErrOrStderr())
@@ -180,23 +185,48 @@ func reportJob(cmd *cobra.Command, g *globals, out scheduler.JobOutcome, err err
 	if err != nil && out.Job == nil {
 		return err
 	}
-	id := out.Job.ID
+	// The job, then those run after measuring again (--recheck).
+	jobs := append([]scheduler.JobOutcome{out}, out.Rechecks...)
+	last := jobs[len(jobs)-1]
+	id := last.Job.ID
 	if errors.Is(err, context.Canceled) {
 		return fmt.Errorf("interrupted: job %d paused (%d moves done, %d unfinished); resume it with `shardmover jobs resume %d` or cancel it with `shardmover jobs cancel %d`",
-			id, out.Result.Done, out.Result.Unfinished, id, id)
+			id, last.Result.Done, last.Result.Unfinished, id, id)
 	}
 	if g.output == "json" {
-		if werr := writeJSON(cmd.OutOrStdout(), map[string]any{"job_id": id, "result": out.Result, "plan": out.Plan}); werr != nil {
+		if werr := writeJSON(cmd.OutOrStdout(), jobsJSON(jobs)); werr != nil {
 			return werr
 		}
 	} else {
-		fmt.Fprintf(cmd.OutOrStdout(), "job %d: %d moves done, %d failed, %d cancelled, %d unfinished\n",
-			id, out.Result.Done, out.Result.Failed, out.Result.Cancelled, out.Result.Unfinished)
+		for i, j := range jobs {
+			if i > 0 {
+				fmt.Fprintf(cmd.OutOrStdout(), "measured again after job %d: %d more moves planned\n", jobs[i-1].Job.ID, len(j.Plan.Moves))
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "job %d: %d moves done, %d failed, %d cancelled, %d unfinished\n",
+				j.Job.ID, j.Result.Done, j.Result.Failed, j.Result.Cancelled, j.Result.Unfinished)
+		}
 	}
-	if err != nil {
+	if err != nil && last.Result.Failed+last.Result.Unfinished > 0 {
 		return fmt.Errorf("job %d finished with failed moves: %w; `shardmover jobs show %d` has the details (failed moves left their sources serving)", id, err, id)
 	}
-	return nil
+	return err
+}
+
+// jobsJSON is reportJob's JSON: the first job's id, result and plan as
+// before, and the jobs run after measuring again under "rechecks".
+func jobsJSON(jobs []scheduler.JobOutcome) map[string]any {
+	one := func(j scheduler.JobOutcome) map[string]any {
+		return map[string]any{"job_id": j.Job.ID, "result": j.Result, "plan": j.Plan}
+	}
+	doc := one(jobs[0])
+	if len(jobs) > 1 {
+		more := make([]map[string]any, 0, len(jobs)-1)
+		for _, j := range jobs[1:] {
+			more = append(more, one(j))
+		}
+		doc["rechecks"] = more
+	}
+	return doc
 }
 
 func newDrainCmd(g *globals) *cobra.Command {
@@ -255,7 +285,7 @@ the lock. /readyz answers 200 with {"state":"leader"} or {"state":"standby"}, an
 			if err := f.resolve(cmd); err != nil {
 				return err
 			}
-			cfg.Plan, cfg.Limits = f.plan, f.limits
+			cfg.Plan, cfg.Limits, cfg.Recheck = f.plan, f.limits, f.recheck
 			if err := checkListen(cfg.Listen); err != nil {
 				return err
 			}
