@@ -65,10 +65,11 @@ func (s *Stream) session(ctx context.Context) (err error) {
 
 	// Source: a replication connection, read through a large buffer: a
 	// backlog arrives as many small messages, and one read should take in
-	// as many as are waiting.
+	// as many as are waiting; a coalescingReader under it waits a moment
+	// after a read that drained the socket, so that there are many.
 	scfg := s.srcCfg.Copy()
 	scfg.BuildFrontend = func(r io.Reader, w io.Writer) *pgproto3.Frontend {
-		return pgproto3.NewFrontend(bufio.NewReaderSize(r, 256<<10), w)
+		return pgproto3.NewFrontend(bufio.NewReaderSize(&coalescingReader{r: r}, 256<<10), w)
 	}
 	src, err := connectReplication(ctx, scfg, s.cfg.Slot)
 	if err != nil {
