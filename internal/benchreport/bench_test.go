@@ -235,3 +235,80 @@ func TestParseApplyABBA(t *testing.T) {
 	require.Equal(t, 0.9862, s.Max)
 	require.InDelta(t, 0.8698, s.Median, 1e-12)
 }
+
+// testdata/move-under-workload.txt is one real run of
+// BenchmarkMoveUnderWorkload with its clients=8 and clients=32
+// sub-benchmarks (SHARDMOVER_BENCH_EVENTS=60000).
+func TestSideBySidePauses(t *testing.T) {
+	o := parseFile(t, "move-under-workload.txt")
+	require.Equal(t, 1, o.Runs())
+	var pause []float64
+	for _, r := range Compare(o, DefaultComparisons) {
+		if r.Side == "BenchmarkMoveUnderWorkload/clients=32" && r.Metric == "max_write_pause_ms" {
+			require.Equal(t, "cutover, 32 ÷ 8 clients", r.Title)
+			require.Equal(t, "BenchmarkMoveUnderWorkload/clients=8", r.Base)
+			pause = r.Values
+		}
+	}
+	require.InDeltaSlice(t, []float64{505.5 / 161.2}, pause, 1e-12)
+
+	var buf bytes.Buffer
+	require.NoError(t, Render(&buf, Report{Output: o, SideBySides: DefaultSideBySides, Targets: DefaultTargets}))
+	doc := buf.String()
+	require.Contains(t, doc, "## Key figures\n\n### Cutover write pause, 8 and 32 clients\n")
+	require.Contains(t, doc, "| metric | 8 clients (`BenchmarkMoveUnderWorkload/clients=8`) | 32 clients (`BenchmarkMoveUnderWorkload/clients=32`) | 32 ÷ 8 clients |\n|---|---|---|---|\n")
+	require.Contains(t, doc, "| max_write_pause_ms | 161.2 / 161.2 / 161.2 | 505.5 / 505.5 / 505.5 | 3.14 / 3.14 / 3.14 |\n")
+	require.Contains(t, doc, "| cutover_p99_ms | 13.27 / 13.27 / 13.27 | 55.98 / 55.98 / 55.98 | 4.22 / 4.22 / 4.22 |\n")
+	// The memory benchmark is not in this output: its row says so.
+	require.Contains(t, doc, "| `shardmover move` peak RSS moving one shard group of ? MB | BenchmarkMoveMemory | peak_rss_MB | 0 | — | — | — | under 150 MB | missing: BenchmarkMoveMemory is not in the output |\n")
+}
+
+// A column whose benchmark failed says why; the ratio needs both.
+func TestSideBySideMissing(t *testing.T) {
+	in := "pkg: p\nBenchmarkMoveUnderWorkload/clients=8-2 \t 1\t 5 ns/op\t 120.5 max_write_pause_ms\n" +
+		"--- FAIL: BenchmarkMoveUnderWorkload/clients=32\n    move_test.go:80: boom\n"
+	o, err := Parse(strings.NewReader(in))
+	require.NoError(t, err)
+	var buf bytes.Buffer
+	require.NoError(t, Render(&buf, Report{Output: o, SideBySides: DefaultSideBySides}))
+	doc := buf.String()
+	require.Contains(t, doc, "| max_write_pause_ms | 120.5 / 120.5 / 120.5 | missing: BenchmarkMoveUnderWorkload/clients=32 failed: move_test.go:80: boom | — |\n")
+	require.Contains(t, doc, "| cutover_p99_ms | not reported | missing: BenchmarkMoveUnderWorkload/clients=32 failed: move_test.go:80: boom | — |\n")
+	require.NotContains(t, doc, "### Targets")
+}
+
+// A target counts the runs under its ceiling; {metric} in its title is
+// that metric's median.
+func TestTargets(t *testing.T) {
+	in := "pkg: e\nBenchmarkMoveMemory-2 \t 1\t 5 ns/op\t 1030 group_MB\t 120 peak_rss_MB\n" +
+		"BenchmarkMoveMemory-2 \t 1\t 5 ns/op\t 1034 group_MB\t 180 peak_rss_MB\n" +
+		"BenchmarkMoveMemory-2 \t 1\t 5 ns/op\t 1031 group_MB\t 149.9 peak_rss_MB\n"
+	o, err := Parse(strings.NewReader(in))
+	require.NoError(t, err)
+	var buf bytes.Buffer
+	require.NoError(t, Render(&buf, Report{Output: o, Targets: DefaultTargets}))
+	require.Contains(t, buf.String(), "| `shardmover move` peak RSS moving one shard group of 1031 MB | BenchmarkMoveMemory | peak_rss_MB | 3 | 120.0 | 149.9 | 180.0 | under 150 MB | 2 of 3 runs |\n")
+
+	in = "pkg: e\n--- SKIP: BenchmarkMoveMemory\n    memory_bench_test.go:50: no room\n"
+	o, err = Parse(strings.NewReader(in))
+	require.NoError(t, err)
+	buf.Reset()
+	require.NoError(t, Render(&buf, Report{Output: o, Targets: DefaultTargets}))
+	require.Contains(t, buf.String(), "| missing: BenchmarkMoveMemory skipped: memory_bench_test.go:50: no room |\n")
+}
+
+// testdata/move-memory.txt is one real run of BenchmarkMoveMemory
+// (SHARDMOVER_BENCH_MEM_MB=1024), logs included.
+func TestTargetsMemoryRun(t *testing.T) {
+	o := parseFile(t, "move-memory.txt")
+	rs := o.Of("github.com/shardmover/shardmover/e2e", "BenchmarkMoveMemory")
+	require.Len(t, rs, 1)
+	rss, ok := rs[0].Get("peak_rss_MB")
+	require.True(t, ok)
+	require.Equal(t, 29.93, rss)
+	var buf bytes.Buffer
+	require.NoError(t, Render(&buf, Report{Output: o, SideBySides: DefaultSideBySides, Targets: DefaultTargets}))
+	doc := buf.String()
+	require.Contains(t, doc, "| `shardmover move` peak RSS moving one shard group of 1026 MB | BenchmarkMoveMemory | peak_rss_MB | 1 | 29.93 | 29.93 | 29.93 | under 150 MB | 1 of 1 runs |\n")
+	require.Contains(t, doc, "| max_write_pause_ms | missing: BenchmarkMoveUnderWorkload/clients=8 is not in the output | missing: BenchmarkMoveUnderWorkload/clients=32 is not in the output | — |\n")
+}

@@ -22,13 +22,21 @@
 //     DefaultComparisons are the ones BENCHMARKS.md shows; a comparison with
 //     no run is a row saying why (the skip or failure message of the
 //     benchmark, or that it was not in the output).
+//   - A SideBySide puts benchmarks next to each other, metric by metric
+//     (each cell min / median / max over runs), with the ratio of the last
+//     column to the first taken per run as a Comparison takes it; a Target
+//     holds one metric of one benchmark against a ceiling and counts the
+//     runs under it. DefaultSideBySides (the cutover pauses with 8 and 32
+//     clients) and DefaultTargets (the mover's peak RSS moving one large
+//     shard group, under 150 MB) are BENCHMARKS.md's key figures; a
+//     benchmark with no result gives a cell saying why, as a comparison does.
 //   - Render writes the document: the machine facts (CPU model and count,
 //     memory, OS, Go, PostgreSQL and Citus versions, the load average at the
 //     start and end of the run and its samples during it, with a sentence
 //     saying whether the machine was busy), the command and the sizes that
-//     produced it, the comparisons, then each benchmark's metrics as
-//     min / median / max over runs, and any skips and failures. Every figure
-//     is computed from the input; nothing is typed by hand.
+//     produced it, the key figures, the comparisons, then each benchmark's
+//     metrics as min / median / max over runs, and any skips and failures.
+//     Every figure is computed from the input; nothing is typed by hand.
 //   - Facts reads the machine facts from /proc, /etc/os-release, the
 //     PostgreSQL binaries and the Citus control file, and a load file of
 //     `unix_seconds loadavg-line` samples written while the benchmarks ran.

@@ -17,6 +17,10 @@ type Report struct {
 	Env     []string // NAME=value sizes the command set
 	Took    time.Duration
 	Ratios  []Ratio
+	// SideBySides and Targets are the key figures' tables, computed from
+	// Output (DefaultSideBySides, DefaultTargets); none: no such section.
+	SideBySides []SideBySide
+	Targets     []Target
 }
 
 // num formats a figure with about four significant digits.
@@ -91,6 +95,16 @@ func Render(w io.Writer, r Report) error {
 			p("| `%s` | %s |\n", k, cell(v))
 		}
 		p("\n")
+	}
+
+	if len(r.SideBySides) > 0 || len(r.Targets) > 0 {
+		p("## Key figures\n\n")
+		for _, t := range r.SideBySides {
+			renderSideBySide(p, r.Output, t)
+		}
+		if len(r.Targets) > 0 {
+			renderTargets(p, r.Output, r.Targets)
+		}
 	}
 
 	p("## Comparisons\n\nRatio side ÷ baseline of one metric, per run, then min / median / max over the runs.\n\n")

@@ -64,6 +64,8 @@ var DefaultComparisons = []Comparison{
 	{Title: "rebalance, shardmover ÷ Citus", Side: regexp.MustCompile(`^BenchmarkCitusRebalance/shardmover$`), Base: "BenchmarkCitusRebalance/citus", Metric: "p99_write_ms", Meaning: "below 1: shardmover's p99 write was faster"},
 	{Title: "apply $1, shardmover ÷ CREATE SUBSCRIPTION", Side: regexp.MustCompile(`^BenchmarkApply/(.+)$`), Metric: "x_native", Within: true, Meaning: "changes/s ratio, both sides in each iteration; above 1: shardmover applied faster"},
 	{Title: "apply $1, shardmover ÷ CREATE SUBSCRIPTION", Side: regexp.MustCompile(`^BenchmarkApply/(.+)$`), Metric: "x_native_cpu", Within: true, Meaning: "changes per CPU-second of both nodes and the bench process; above 1: shardmover used less CPU per change"},
+	{Title: "cutover, 32 ÷ 8 clients", Side: regexp.MustCompile(`^BenchmarkMoveUnderWorkload/clients=32$`), Base: "BenchmarkMoveUnderWorkload/clients=8", Metric: "max_write_pause_ms", Meaning: "above 1: the mover's longest cutover write pause grew with the clients"},
+	{Title: "cutover, 32 ÷ 8 clients", Side: regexp.MustCompile(`^BenchmarkMoveUnderWorkload/clients=32$`), Base: "BenchmarkMoveUnderWorkload/clients=8", Metric: "cutover_p99_ms", Meaning: "above 1: the p99 write around the cutovers grew with the clients"},
 	{Title: "copy $1 ranges ÷ psql binary pipe", Side: regexp.MustCompile(`^BenchmarkCopy/shardmover-(\d+)ranges$`), Base: "BenchmarkCopy/psql-pipe", Metric: "MB/s", Meaning: "above 1: Copy was faster"},
 }
 
@@ -141,10 +143,10 @@ func noteVerb(kind string) string {
 	return "failed"
 }
 
-// why says why a benchmark has no result.
+// why says why a benchmark has no result; pkg "" is any package.
 func why(out *Output, pkg, name string) string {
 	for _, n := range out.Notes {
-		if (n.Name == name || strings.HasPrefix(name, n.Name+"/")) && (n.Pkg == pkg || n.Pkg == "") {
+		if (n.Name == name || strings.HasPrefix(name, n.Name+"/")) && (pkg == "" || n.Pkg == pkg || n.Pkg == "") {
 			return fmt.Sprintf("%s %s: %s", name, noteVerb(n.Kind), n.Message)
 		}
 	}

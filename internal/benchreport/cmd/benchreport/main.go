@@ -50,7 +50,8 @@ func run(in, load, out, command, env string, took time.Duration) error {
 	var buf bytes.Buffer
 	if err := benchreport.Render(&buf, benchreport.Report{
 		Output: o, Facts: facts, Command: command, Env: strings.Fields(env), Took: took,
-		Ratios: benchreport.Compare(o, benchreport.DefaultComparisons),
+		Ratios:      benchreport.Compare(o, benchreport.DefaultComparisons),
+		SideBySides: benchreport.DefaultSideBySides, Targets: benchreport.DefaultTargets,
 	}); err != nil {
 		return err
 	}

@@ -1,0 +1,179 @@
+package benchreport
+
+import (
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+)
+
+// SideBySide is a table of benchmarks next to each other, metric by
+// metric: each column's figures over its runs and, with Ratio, the last
+// column ÷ the first taken per run (as a Comparison takes it).
+type SideBySide struct {
+	Title   string
+	Columns []Column
+	Metrics []string
+	// Ratio heads the ratio column; empty for none.
+	Ratio string
+	// Meaning says how to read the table.
+	Meaning string
+}
+
+// Column is one benchmark of a SideBySide, under a label.
+type Column struct {
+	Label, Name string
+}
+
+// Target is one metric of one benchmark held against a ceiling.
+type Target struct {
+	// Title names the figure; {metric} in it becomes the median of that
+	// metric of the benchmark's runs.
+	Title        string
+	Name, Metric string
+	// Below is the ceiling: a run meets the target when its value is
+	// under it.
+	Below float64
+	// Unit follows the ceiling in the table.
+	Unit string
+}
+
+// DefaultSideBySides are BENCHMARKS.md's side-by-side tables.
+var DefaultSideBySides = []SideBySide{{
+	Title: "Cutover write pause, 8 and 32 clients",
+	Columns: []Column{
+		{Label: "8 clients", Name: "BenchmarkMoveUnderWorkload/clients=8"},
+		{Label: "32 clients", Name: "BenchmarkMoveUnderWorkload/clients=32"},
+	},
+	Metrics: []string{"max_write_pause_ms", "cutover_p50_ms", "cutover_p99_ms", "cutover_max_ms"},
+	Ratio:   "32 ÷ 8 clients",
+	Meaning: "The same moves (4 shard groups, one after another) under a routed workload of 8 and of 32 clients. " +
+		"max_write_pause_ms is the longest write pause the mover measured in its cutovers; cutover_p50/p99/max_ms are " +
+		"the latencies of the writes acknowledged from 2 s before to 1 s after each cutover. A ratio above 1: the pause grew with the clients.",
+}}
+
+// DefaultTargets are BENCHMARKS.md's figures with a target.
+var DefaultTargets = []Target{{
+	Title: "`shardmover move` peak RSS moving one shard group of {group_MB} MB",
+	Name:  "BenchmarkMoveMemory", Metric: "peak_rss_MB", Below: 150, Unit: "MB",
+}}
+
+// results returns the results of the benchmark called name in whichever
+// package has it, or why there are none.
+func results(out *Output, name string) ([]Result, string) {
+	for _, k := range out.Names() {
+		if k[1] == name {
+			return out.Of(k[0], k[1]), ""
+		}
+	}
+	return nil, why(out, "", name)
+}
+
+func summary(rs []Result, metric string) (Summary, bool) {
+	var vs []float64
+	for _, r := range rs {
+		if v, ok := r.Get(metric); ok {
+			vs = append(vs, v)
+		}
+	}
+	return Stats(vs), len(vs) > 0
+}
+
+func triple(s Summary) string {
+	return num(s.Min) + " / " + num(s.Median) + " / " + num(s.Max)
+}
+
+// renderSideBySide writes one SideBySide's table.
+func renderSideBySide(p func(string, ...any), out *Output, t SideBySide) {
+	p("### %s\n\n%s Each cell is min / median / max over the runs", t.Title, t.Meaning)
+	if t.Ratio != "" {
+		p("; the ratio is taken within each run (both sides ran next to each other), then summarized")
+	}
+	p(".\n\n| metric |")
+	for _, c := range t.Columns {
+		p(" %s (`%s`) |", cell(c.Label), cell(c.Name))
+	}
+	if t.Ratio != "" {
+		p(" %s |", cell(t.Ratio))
+	}
+	p("\n|---|%s", strings.Repeat("---|", len(t.Columns)))
+	if t.Ratio != "" {
+		p("---|")
+	}
+	p("\n")
+	for _, m := range t.Metrics {
+		p("| %s |", cell(m))
+		for _, c := range t.Columns {
+			rs, missing := results(out, c.Name)
+			s, ok := summary(rs, m)
+			switch {
+			case missing != "":
+				p(" missing: %s |", cell(missing))
+			case !ok:
+				p(" not reported |")
+			default:
+				p(" %s |", triple(s))
+			}
+		}
+		if t.Ratio != "" {
+			p(" %s |", cell(sideRatio(out, t, m)))
+		}
+		p("\n")
+	}
+	p("\n")
+}
+
+// sideRatio is the ratio cell of metric m: the last column ÷ the first, per
+// run, by Compare.
+func sideRatio(out *Output, t SideBySide, m string) string {
+	if len(t.Columns) < 2 {
+		return "—"
+	}
+	first, last := t.Columns[0], t.Columns[len(t.Columns)-1]
+	rs := Compare(out, []Comparison{{Side: regexp.MustCompile("^" + regexp.QuoteMeta(last.Name) + "$"), Base: first.Name, Metric: m}})
+	if len(rs) != 1 || len(rs[0].Values) == 0 {
+		return "—"
+	}
+	return triple(Stats(rs[0].Values))
+}
+
+var placeholder = regexp.MustCompile(`\{([^{}]+)\}`)
+
+// renderTargets writes the table of figures with a target.
+func renderTargets(p func(string, ...any), out *Output, ts []Target) {
+	p("### Targets\n\nEach figure min / median / max over the runs, and the runs in which it met its target.\n\n")
+	p("| figure | benchmark | metric | runs | min | median | max | target | met in |\n|---|---|---|---|---|---|---|---|---|\n")
+	for _, t := range ts {
+		rs, missing := results(out, t.Name)
+		title := placeholder.ReplaceAllStringFunc(t.Title, func(s string) string {
+			if v, ok := summary(rs, s[1:len(s)-1]); ok {
+				return num(v.Median)
+			}
+			return "?"
+		})
+		target := fmt.Sprintf("under %s %s", strconv.FormatFloat(t.Below, 'f', -1, 64), t.Unit)
+		var vs []float64
+		for _, r := range rs {
+			if v, ok := r.Get(t.Metric); ok {
+				vs = append(vs, v)
+			}
+		}
+		if len(vs) == 0 {
+			if missing == "" {
+				missing = fmt.Sprintf("%s reported no %s", t.Name, t.Metric)
+			}
+			p("| %s | %s | %s | 0 | — | — | — | %s | missing: %s |\n", cell(title), cell(t.Name), cell(t.Metric), cell(target), cell(missing))
+			continue
+		}
+		met := 0
+		for _, v := range vs {
+			if v < t.Below {
+				met++
+			}
+		}
+		s := Stats(vs)
+		p("| %s | %s | %s | %d | %s | %s | %s | %s | %d of %d runs |\n", cell(title), cell(t.Name), cell(t.Metric), s.N,
+			num(s.Min), num(s.Median), num(s.Max), cell(target), met, s.N)
+	}
+	p("\n")
+}
