@@ -1286,6 +1286,7 @@ func (r *repairer) rewrite() {
 			}
 		}
 		balance = out
+		balance = r.orderWithinBand(balance, load)
 	}
 	steps = append(steps, balance...)
 	for i := range p.nodes {
@@ -1310,4 +1311,40 @@ func (r *repairer) rewrite() {
 		load[s.to] += c
 	}
 	p.steps = steps
+}
+
+// bandWindow is how many of the next moves orderWithinBand looks at.
+const bandWindow = 32
+
+// orderWithinBand keeps each move's target within the cost band while the
+// moves run in order, where the order allows it: a move whose target would
+// end above the band waits for the first of the next bandWindow moves
+// whose target would not (in a cycle of moves, the one that empties that
+// target first). load is every node's cost before the moves.
+func (r *repairer) orderWithinBand(moves []step, load []float64) []step {
+	p := r.p
+	cur := slices.Clone(load)
+	out := make([]step, 0, len(moves))
+	buf := make([]step, 0, bandWindow)
+	next := 0
+	for next < len(moves) || len(buf) > 0 {
+		for len(buf) < bandWindow && next < len(moves) {
+			buf = append(buf, moves[next])
+			next++
+		}
+		pick := 0
+		for j, s := range buf {
+			to := &p.nodes[s.to]
+			if (cur[s.to]+p.groups[s.g].cost)/math.Max(to.cap, 1e-300) <= r.hi+r.eps {
+				pick = j
+				break
+			}
+		}
+		s := buf[pick]
+		buf = slices.Delete(buf, pick, pick+1)
+		cur[s.from] -= p.groups[s.g].cost
+		cur[s.to] += p.groups[s.g].cost
+		out = append(out, s)
+	}
+	return out
 }
