@@ -37,8 +37,13 @@ func (r Result) Render(w io.Writer) error {
 	}
 	fmt.Fprintf(&b, "average %s per unit of capacity; balanced band %s..%s of average\n",
 		avg, r.pct(r.Lower), r.pct(r.Upper))
-	fmt.Fprintf(&b, "%s in %s, %s; balanced: %s; converged: %s\n",
-		plural(len(r.Moves), "move"), plural(r.Waves, "wave"), units.Bytes(r.MovedBytes), yesNo(r.Balanced), yesNo(r.Converged))
+	bytesBand := ""
+	if r.Strategy == ByDiskSize {
+		// The bytes alone, as an operator reads the status's bytes column.
+		bytesBand = "; bytes within the band: " + yesNo(r.BytesBalanced)
+	}
+	fmt.Fprintf(&b, "%s in %s, %s; balanced: %s%s; converged: %s\n",
+		plural(len(r.Moves), "move"), plural(r.Waves, "wave"), units.Bytes(r.MovedBytes), yesNo(r.Balanced), bytesBand, yesNo(r.Converged))
 	if r.Strategy == ByLoad {
 		fmt.Fprintf(&b, "load in weighted rows per second; base %s added to every group's load\n", loadRate(r.LoadBase))
 	}

@@ -634,6 +634,8 @@ func (d *Daemon) trigger(ctx context.Context, term *metadata.Leadership, source 
 		log.Warn("rebalance failed", zap.Error(err))
 	case out.Job == nil && err == nil:
 		log.Info("rebalance trigger found the cluster balanced: nothing to do")
+	case err == nil:
+		log.Info("rebalance finished", zap.Int64("job_id", out.Job.ID), zap.Int("rechecks", len(out.Rechecks)))
 	}
 	return err == nil
 }

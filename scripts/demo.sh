@@ -44,7 +44,10 @@ sleep 2
 step "add a third worker; the daemon notices, waits 5 s for more, then rebalances online"
 $SM sandbox add-node --dir "$DIR"
 i=0
-until $SM jobs list --dir "$DIR" 2>/dev/null | grep -q "rebalance  done"; do
+# The daemon logs "rebalance finished" once its job is done and it has
+# measured again (and moved once more when the copies left a node outside
+# the band: --recheck).
+until grep -q '"rebalance finished"' "$LOGS/daemon.log" 2>/dev/null; do
 	i=$((i + 1))
 	if [ $i -gt 240 ]; then echo "the rebalance did not finish in 2 minutes; see $LOGS/daemon.log" >&2; exit 1; fi
 	if ! kill -0 "$DAEMON_PID" 2>/dev/null; then echo "the daemon stopped; see $LOGS/daemon.log" >&2; tail -5 "$LOGS/daemon.log" >&2; exit 1; fi
@@ -62,8 +65,9 @@ WL_PID=
 cat "$LOGS/workload.out"
 
 step "rebalance once more, now that the data has stopped growing"
-echo "(the daemon planned when the worker was added; the workload wrote since, most of it for a few"
-echo " busy users, so shares of data drifted; a scheduled rebalance (daemon --schedule) does this)"
+echo "(the daemon planned when the worker was added and measured again after its moves (--recheck);"
+echo " the workload wrote since, most of it for a few busy users, so shares of data may have drifted;"
+echo " a scheduled rebalance (daemon --schedule) does this)"
 echo "(first drop the old copies the moves kept for their grace period: a group may go back to a node it left)"
 $SM cleanup --dir "$DIR" --keep-old-for 0s
 $SM rebalance --dir "$DIR" --concurrency 2 --yes
