@@ -17,7 +17,7 @@ import (
 )
 
 // buildBinary compiles cmd/shardmover once per test binary.
-func buildBinary(t *testing.T) string {
+func buildBinary(t testing.TB) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "shardmover")
 	out, err := exec.Command("go", "build", "-o", bin, "../cmd/shardmover").CombinedOutput()

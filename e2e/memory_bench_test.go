@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"syscall"
 	"testing"
@@ -49,20 +48,10 @@ func BenchmarkMoveMemory(b *testing.B) {
 	if v := benchEnv(benchMemMBEnv); v > 0 {
 		groupMB = v
 	}
-	bin := buildMover(b)
+	bin := buildBinary(b)
 	for i := 0; i < b.N; i++ {
 		moveMemoryOnce(b, bin, groupMB)
 	}
-}
-
-// buildMover compiles cmd/shardmover for a benchmark (buildBinary takes a
-// *testing.T).
-func buildMover(b *testing.B) string {
-	b.Helper()
-	bin := filepath.Join(b.TempDir(), "shardmover")
-	out, err := exec.Command("go", "build", "-o", bin, "../cmd/shardmover").CombinedOutput()
-	require.NoError(b, err, string(out))
-	return bin
 }
 
 // bulkRowsSQL inserts the github_events rows of generate_series($1, $2)
