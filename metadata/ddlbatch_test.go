@@ -58,13 +58,22 @@ func TestReadTablesDDLMatchesOneByOne(t *testing.T) {
 	assert.Equal(t, int64(8), one[1].Columns[0].Identity.LastValue, "sequence position read")
 	assert.NotEmpty(t, one[1].Grants)
 
+	privs, err := metadata.ReadTablesPrivileges(ctx, src, tables)
+	require.NoError(t, err)
+	for i := range tables {
+		assert.Equal(t, one[i].Owner, privs[i].Owner)
+		assert.Equal(t, one[i].Grants, privs[i].Grants)
+	}
+	_, err = metadata.ReadTablesPrivileges(ctx, src, []pgx.Identifier{a, {"public", "missing"}})
+	require.ErrorIs(t, err, metadata.ErrInvalid)
+
 	var path, mode string
 	require.NoError(t, src.QueryRow(ctx, "SELECT current_setting('search_path'), current_setting('plan_cache_mode')").Scan(&path, &mode))
 	assert.Equal(t, "public, pg_catalog", path)
 	assert.Equal(t, "force_custom_plan", mode)
 
 	missing := pgx.Identifier{"public", "missing"}
-	_, err := metadata.ReadTablesDDL(ctx, src, []pgx.Identifier{a, missing, {"public", "not_a_table"}})
+	_, err = metadata.ReadTablesDDL(ctx, src, []pgx.Identifier{a, missing, {"public", "not_a_table"}})
 	require.ErrorIs(t, err, metadata.ErrInvalid)
 	assert.Contains(t, err.Error(), `table "public"."missing" does not exist`)
 	_, err = metadata.ReadTablesDDL(ctx, src, []pgx.Identifier{a, {"public", "not_a_table"}, missing})
