@@ -43,35 +43,47 @@ func withSessionParams(cfg *pgconn.Config, appName string) {
 // CheckReplicaIdentity returns an error naming the first table that has
 // neither a primary key nor REPLICA IDENTITY FULL (nor a valid REPLICA
 // IDENTITY USING INDEX), or that does not exist. It reads catalogs only, so
-// it belongs in a preflight, before anything is created. The error wraps
-// ErrNoReplicaIdentity and ErrPermanent.
+// it belongs in a preflight, before anything is created; every table is
+// read in one query. The error wraps ErrNoReplicaIdentity and ErrPermanent.
 func CheckReplicaIdentity(ctx context.Context, db DB, tables []pgx.Identifier) error {
-	for _, t := range tables {
-		name := t.Sanitize()
-		var (
-			ident       string
-			found       bool
-			hasPK       bool
-			hasIdentIdx bool
-		)
-		err := db.QueryRow(ctx, `
-			SELECT c.relreplident::text,
-			       EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid AND i.indisprimary AND i.indisvalid),
-			       EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid AND i.indisreplident AND i.indisvalid)
-			FROM pg_class c WHERE c.oid = to_regclass($1)`, name).Scan(&ident, &hasPK, &hasIdentIdx)
-		switch {
-		case errors.Is(err, pgx.ErrNoRows):
-			found = false
-		case err != nil:
-			return fmt.Errorf("check replica identity of %s: %w", name, err)
-		default:
-			found = true
-		}
-		if !found {
+	if len(tables) == 0 {
+		return nil
+	}
+	names := make([]string, len(tables))
+	for i, t := range tables {
+		names[i] = t.Sanitize()
+	}
+	type ident struct {
+		kind               string
+		hasPK, hasIdentIdx bool
+	}
+	found := make(map[int32]ident, len(tables))
+	// db may be a pgx.Tx or a pool: rows are read through one statement
+	// that returns them all as arrays, so QueryRow serves every kind.
+	var pos []int32
+	var kinds []string
+	var pks, idxs []bool
+	err := db.QueryRow(ctx, `
+		SELECT coalesce(array_agg(u.i::int ORDER BY u.i), '{}'), coalesce(array_agg(c.relreplident::text ORDER BY u.i), '{}'),
+		       coalesce(array_agg(EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid AND i.indisprimary AND i.indisvalid) ORDER BY u.i), '{}'),
+		       coalesce(array_agg(EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid AND i.indisreplident AND i.indisvalid) ORDER BY u.i), '{}')
+		FROM unnest($1::text[]) WITH ORDINALITY AS u(name, i)
+		JOIN pg_class c ON c.oid = to_regclass(u.name)`, names).Scan(&pos, &kinds, &pks, &idxs)
+	if err != nil {
+		return fmt.Errorf("check replica identity of %s: %w", strings.Join(names, ", "), err)
+	}
+	if len(kinds) != len(pos) || len(pks) != len(pos) || len(idxs) != len(pos) {
+		return fmt.Errorf("check replica identity of %s: the catalog query returned arrays of different lengths", strings.Join(names, ", "))
+	}
+	for k, i := range pos {
+		found[i] = ident{kinds[k], pks[k], idxs[k]}
+	}
+	for i, name := range names {
+		id, ok := found[int32(i+1)]
+		if !ok {
 			return permanent(fmt.Errorf("table %s does not exist on the source: check the table name and schema", name))
 		}
-		ok := ident == "f" || (ident == "d" && hasPK) || (ident == "i" && hasIdentIdx)
-		if !ok {
+		if !(id.kind == "f" || (id.kind == "d" && id.hasPK) || (id.kind == "i" && id.hasIdentIdx)) {
 			return permanent(fmt.Errorf("%w: table %s has neither a primary key nor REPLICA IDENTITY FULL, so its updates and deletes cannot be replicated: add a primary key, or run ALTER TABLE %s REPLICA IDENTITY FULL", ErrNoReplicaIdentity, name, name))
 		}
 	}
@@ -245,7 +257,7 @@ func DropSlot(ctx context.Context, db DB, slot string) error {
 		case err == nil, pgCode(err) == "42704": // undefined_object: gone meanwhile
 			return nil
 		case pgCode(err) == "55006" && attempt < 50: // object_in_use: a walsender took it again
-			if err := ctxtime.Sleep(ctx, 100*time.Millisecond); err != nil {
+			if err := ctxtime.Sleep(ctx, dropBackoff(attempt)); err != nil {
 				return err
 			}
 		default:
@@ -272,10 +284,20 @@ func DropOrigin(ctx context.Context, db DB, origin string) error {
 		if _, err := db.Exec(ctx, `SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity WHERE application_name = $1 AND pid <> pg_backend_pid()`, origin); err != nil {
 			return fmt.Errorf("drop origin %q: terminate applier: %w", origin, err)
 		}
-		if err := ctxtime.Sleep(ctx, 100*time.Millisecond); err != nil {
+		if err := ctxtime.Sleep(ctx, dropBackoff(attempt)); err != nil {
 			return err
 		}
 	}
+}
+
+// dropBackoff is the wait before the next try to drop a slot or an origin
+// still in use. The session holding it was terminated and waited for
+// (pg_terminate_backend with a timeout), or is on its way out after its
+// client closed it: it lets go within milliseconds, but PostgreSQL offers
+// nothing to wait on for the release itself. So the first tries come
+// quickly (5 ms, doubling) and only later ones wait 100 ms.
+func dropBackoff(attempt int) time.Duration {
+	return min(5*time.Millisecond<<min(attempt, 5), 100*time.Millisecond)
 }
 
 // OriginProgress returns the source position durably applied under origin
