@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -62,7 +65,7 @@ func (r *run) cleanup(ctx context.Context, m metadata.Move) error {
 // have used those sequences since the placements flipped, so each sequence
 // is set to the furthest of the source's position and the values the
 // target already holds, never back.
-func (r *run) finishIdentity(ctx context.Context, m metadata.Move) error {
+func (r *run) finishIdentity(ctx context.Context, m metadata.Move) (err error) {
 	if r.targetFinished {
 		return nil
 	}
@@ -70,17 +73,30 @@ func (r *run) finishIdentity(ctx context.Context, m metadata.Move) error {
 	if err != nil {
 		return err
 	}
-	defer closeBoth(ctx, src, dst)
-	for _, t := range shardIdents(m) {
-		old := pgx.Identifier{t[0], movedName(t[1], m.ID)}
-		want, err := metadata.ReadTableDDL(ctx, src, old)
-		if err != nil {
-			return fmt.Errorf("read the definition of %s on the source: %w", old.Sanitize(), err)
-		}
-		got, err := metadata.ReadTableDDL(ctx, dst, t)
-		if err != nil {
-			return fmt.Errorf("read the definition of %s on the target: %w", t.Sanitize(), err)
-		}
+	defer r.releaseBoth(src, dst, &err)
+	tables := shardIdents(m)
+	olds := make([]pgx.Identifier, len(tables))
+	for i, t := range tables {
+		olds[i] = pgx.Identifier{t[0], movedName(t[1], m.ID)}
+	}
+	// Both sides at once, each one batch for the whole group.
+	var wants []metadata.TableDDL
+	var werr error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		wants, werr = metadata.ReadTablesDDL(ctx, src, olds)
+	}()
+	gots, gerr := metadata.ReadTablesDDL(ctx, dst, tables)
+	<-done
+	if werr != nil {
+		return fmt.Errorf("read the definition of %s on the source: %w", names(olds), werr)
+	}
+	if gerr != nil {
+		return fmt.Errorf("read the definition of %s on the target: %w", names(tables), gerr)
+	}
+	for i, t := range tables {
+		want, got := wants[i], gots[i]
 		kinds := map[string]bool{}
 		for _, c := range got.Columns {
 			if c.Identity != nil {
@@ -223,14 +239,23 @@ func (r *run) abort(ctx context.Context, m metadata.Move, p Phase, end Phase, wh
 	return nil
 }
 
+// names lists tables for a message.
+func names(tables []pgx.Identifier) string {
+	out := make([]string, len(tables))
+	for i, t := range tables {
+		out[i] = t.Sanitize()
+	}
+	return strings.Join(out, ", ")
+}
+
 // dropArtifacts drops every recorded artifact of the move with one of the
-// policies, and forgets each record once its artifact is gone.
+// policies, and forgets each record once its artifact is gone. Each node's
+// artifacts are dropped in order on one session of that node (slots before
+// publications: a walsender may hold the slot; prepared transactions
+// before tables: they lock them); different nodes are independent and
+// are done at once. The first error (in node group order) is returned.
 func (r *run) dropArtifacts(ctx context.Context, m metadata.Move, policies ...string) error {
 	recs, err := r.e.cat.Cleanups(ctx, m.ID)
-	if err != nil {
-		return err
-	}
-	nodes, err := r.e.nodes(ctx)
 	if err != nil {
 		return err
 	}
@@ -238,27 +263,62 @@ func (r *run) dropArtifacts(ctx context.Context, m metadata.Move, policies ...st
 	for _, p := range policies {
 		want[p] = true
 	}
-	conns := r.e.newNodeConns()
-	defer conns.close(ctx)
-	// Slots before publications (a walsender may hold the slot), prepared
-	// transactions before tables (they lock them).
 	order := map[metadata.ObjectKind]int{metadata.ObjectPrepared: 0, metadata.ObjectSlot: 1, metadata.ObjectPublication: 2,
 		metadata.ObjectOrigin: 3, metadata.ObjectTable: 4}
+	byNode := map[int32][]metadata.CleanupRecord{}
 	for pass := 0; pass <= 4; pass++ {
 		for _, rec := range recs {
-			if !want[rec.Policy] || order[rec.ObjectType] != pass {
-				continue
+			if want[rec.Policy] && order[rec.ObjectType] == pass {
+				byNode[rec.NodeGroup] = append(byNode[rec.NodeGroup], rec)
 			}
-			n, ok := nodes[rec.NodeGroup]
-			if !ok {
-				continue
-			}
-			if err := r.e.dropOne(ctx, conns, n, rec); err != nil {
-				return err
-			}
-			if err := r.e.cat.RemoveCleanup(ctx, rec.ID); err != nil {
-				return err
-			}
+		}
+	}
+	if len(byNode) == 0 {
+		return nil
+	}
+	nodes, err := r.e.nodes(ctx)
+	if err != nil {
+		return err
+	}
+	groups := make([]int32, 0, len(byNode))
+	for g := range byNode {
+		groups = append(groups, g)
+	}
+	slices.Sort(groups)
+	errs := make([]error, len(groups))
+	var wg sync.WaitGroup
+	for i, g := range groups {
+		n, ok := nodes[g]
+		if !ok {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = r.e.dropOnNode(ctx, n, byNode[g])
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// dropOnNode drops recs, in order, on node n (one session, reused), and
+// forgets each record once its artifact is gone; it stops at the first
+// error.
+func (e *Engine) dropOnNode(ctx context.Context, n metadata.Node, recs []metadata.CleanupRecord) error {
+	conns := e.newNodeConns()
+	defer conns.close(ctx)
+	for _, rec := range recs {
+		if err := e.dropOne(ctx, conns, n, rec); err != nil {
+			return err
+		}
+		if err := e.cat.RemoveCleanup(ctx, rec.ID); err != nil {
+			return err
 		}
 	}
 	return nil
@@ -266,24 +326,29 @@ func (r *run) dropArtifacts(ctx context.Context, m metadata.Move, policies ...st
 
 // nodeConns keeps one session per node for a series of drops (a move's
 // cleanup drops its slot and publication on the source and its origin on
-// the target), instead of one new session per artifact.
+// the target), instead of one new session per artifact. The sessions come
+// from the engine's sessions and go back there when they served without
+// error.
 type nodeConns struct {
 	e     *Engine
 	conns map[int32]*pgx.Conn
+	nodes map[int32]metadata.Node
 }
 
-func (e *Engine) newNodeConns() *nodeConns { return &nodeConns{e: e, conns: map[int32]*pgx.Conn{}} }
+func (e *Engine) newNodeConns() *nodeConns {
+	return &nodeConns{e: e, conns: map[int32]*pgx.Conn{}, nodes: map[int32]metadata.Node{}}
+}
 
-// get returns the node's session, opening it on first use.
+// get returns the node's session, opening (or reusing) one on first use.
 func (c *nodeConns) get(ctx context.Context, n metadata.Node) (*pgx.Conn, error) {
 	if conn, ok := c.conns[n.GroupID]; ok && !conn.IsClosed() {
 		return conn, nil
 	}
-	conn, err := c.e.connect(ctx, n)
+	conn, err := c.e.session(ctx, n)
 	if err != nil {
 		return nil, err
 	}
-	c.conns[n.GroupID] = conn
+	c.conns[n.GroupID], c.nodes[n.GroupID] = conn, n
 	return conn, nil
 }
 
@@ -296,9 +361,10 @@ func (c *nodeConns) forget(ctx context.Context, n metadata.Node) {
 	}
 }
 
-func (c *nodeConns) close(ctx context.Context) {
+// close gives the sessions back (each was forgotten after an error).
+func (c *nodeConns) close(context.Context) {
 	for g, conn := range c.conns {
-		conn.Close(context.WithoutCancel(ctx))
+		c.e.release(c.nodes[g], conn, nil)
 		delete(c.conns, g)
 	}
 }

@@ -2,7 +2,10 @@ package mover
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -14,38 +17,44 @@ import (
 // The phases that build the target: setup (tables, publication, slot),
 // copying and indexing (docs/design.md 5).
 
-// connectBoth opens one connection to the source and one to the target.
+// connectBoth returns one session on the source and one on the target,
+// opened at once or reused from the engine's earlier steps; give them back
+// with releaseBoth.
 func (r *run) connectBoth(ctx context.Context) (*pgx.Conn, *pgx.Conn, error) {
-	src, err := r.e.connect(ctx, r.source)
-	if err != nil {
-		return nil, nil, err
-	}
-	dst, err := r.e.connect(ctx, r.target)
-	if err != nil {
-		src.Close(ctx)
+	src, dst, serr, derr := r.e.sessionPair(ctx, r.source, r.target)
+	if err := errors.Join(serr, derr); err != nil {
+		r.e.release(r.source, src, &err)
+		r.e.release(r.target, dst, &err)
 		return nil, nil, err
 	}
 	// On Citus the target session builds shard tables as Citus's own
-	// shard transfers do (docs/design.md 3).
+	// shard transfers do (docs/design.md 3). It keeps that name for the
+	// rest of its life, so it is not reused afterwards (releaseBoth).
 	if r.citus() {
 		if err := metadata.ActAsCitusRebalancer(ctx, dst); err != nil {
-			closeBoth(ctx, src, dst)
+			r.e.release(r.source, src, &err)
+			r.e.release(r.target, dst, &err)
 			return nil, nil, err
 		}
 	}
 	return src, dst, nil
 }
 
-func closeBoth(ctx context.Context, conns ...*pgx.Conn) {
-	for _, c := range conns {
-		c.Close(context.WithoutCancel(ctx))
+// releaseBoth gives back the sessions of connectBoth: for reuse when the
+// step ended without error (*errp nil), closed otherwise.
+func (r *run) releaseBoth(src, dst *pgx.Conn, errp *error) {
+	r.e.release(r.source, src, errp)
+	if r.citus() {
+		closeQuietly(dst) // named as Citus's rebalancer
+		return
 	}
+	r.e.release(r.target, dst, errp)
 }
 
 // setup creates the target tables, the publication and the slot with its
 // exported snapshot. Anything a crashed earlier attempt left is dropped
 // first: every artifact was recorded before it was created.
-func (r *run) setup(ctx context.Context, m metadata.Move) error {
+func (r *run) setup(ctx context.Context, m metadata.Move) (err error) {
 	sp := newSplits()
 	defer sp.log(r.log, "setup timings")
 	if err := r.dropArtifacts(ctx, m, metadata.CleanupAlways, metadata.CleanupOnFailure); err != nil {
@@ -60,69 +69,145 @@ func (r *run) setup(ctx context.Context, m metadata.Move) error {
 	if err != nil {
 		return err
 	}
-	defer closeBoth(ctx, src, dst)
+	defer r.releaseBoth(src, dst, &err)
 	sp.mark("connect")
-	for _, t := range shardIdents(m) {
-		ddl, err := metadata.ReadTableDDL(ctx, src, t)
-		if err != nil {
-			return err
-		}
-		sp.mark("read_ddl")
-		if err := r.e.cat.AddCleanup(ctx, m.ID, m.TargetGroup, metadata.ObjectTable, metadata.QualifiedName(t), metadata.CleanupOnFailure); err != nil {
-			return err
-		}
-		sp.mark("record")
-		if err := metadata.EnsureSchemaLike(ctx, src, dst, t[0]); err != nil {
-			return fmt.Errorf("create schema %s on %s: %w", pgx.Identifier{t[0]}.Sanitize(), r.target.Addr(), err)
-		}
-		// Identity columns are BY DEFAULT until the cutover's FinishStatements.
-		if err := metadata.RunDDL(ctx, dst, ddl.CreateStatement(t, "", metadata.MoveTarget)); err != nil {
-			return fmt.Errorf("create %s on %s: %w", t.Sanitize(), r.target.Addr(), err)
-		}
-		// The source's owner and privileges, so that the application reads
-		// and writes the moved shard as it did the old one.
-		have, err := metadata.ReadTableDDL(ctx, dst, t)
-		if err != nil {
-			return err
-		}
-		if err := metadata.RunDDL(ctx, dst, ddl.PrivilegeStatements(t, have)...); err != nil {
-			return permanent(fmt.Errorf("give %s on %s the owner (%s) and privileges it has on the source: %w; the mover's role must be a member of the table's owner, and the owner needs CREATE on the schema there (docs/privileges.md)",
-				t.Sanitize(), r.target.Addr(), ddl.Owner, err))
-		}
-	}
-	sp.mark("create")
+	tables := shardIdents(m)
 	name := m.Name()
-	if err := r.e.cat.AddCleanup(ctx, m.ID, m.SourceGroup, metadata.ObjectPublication, name, metadata.CleanupAlways); err != nil {
+	// Every cleanup record of the setup is written before anything is
+	// created, while the source's definitions are read (one batch for the
+	// whole group): the target's tables (dropped if the move fails), the
+	// publication, the origin and the slot.
+	records := make(chan error, 1)
+	go func() {
+		records <- r.addCleanups(ctx, m, tables)
+	}()
+	ddls, rerr := metadata.ReadTablesDDL(ctx, src, tables)
+	sp.mark("read_ddl")
+	if err := errors.Join(rerr, <-records); err != nil {
 		return err
 	}
-	if err := replication.CreatePublication(ctx, src, name, shardIdents(m)); err != nil {
+	sp.mark("record")
+	// Each table's schema on the target, as on the source (both sessions).
+	schemas := map[string]bool{}
+	for _, t := range tables {
+		if !schemas[t[0]] {
+			schemas[t[0]] = true
+			if err := metadata.EnsureSchemaLike(ctx, src, dst, t[0]); err != nil {
+				return fmt.Errorf("create schema %s on %s: %w", pgx.Identifier{t[0]}.Sanitize(), r.target.Addr(), err)
+			}
+		}
+	}
+	sp.mark("schemas")
+	// A copy into the target begins: its last free-space measurement no
+	// longer holds.
+	r.e.disk.forget(r.target.Addr())
+	// The target's tables (target session) and the publication and slot
+	// (source) do not depend on each other: both are made at once, and the
+	// copy starts when both are there. (The publication comes before the
+	// slot: the slot's decoding looks the publication up as of each
+	// change.)
+	var tgtDur time.Duration
+	tgtErr := make(chan error, 1)
+	go func() {
+		start := time.Now()
+		err := r.createTargetTables(ctx, dst, tables, ddls)
+		tgtDur = time.Since(start)
+		tgtErr <- err
+	}()
+	srcStart := time.Now()
+	snap, serr := r.createPublicationAndSlot(ctx, src, name, tables, sp)
+	srcDur := time.Since(srcStart)
+	if err := errors.Join(serr, <-tgtErr); err != nil {
+		_ = snap.Release(ctx) // the slot stays, recorded: the next setup drops it
 		return err
 	}
-	if err := r.e.cat.AddCleanup(ctx, m.ID, m.TargetGroup, metadata.ObjectOrigin, name, metadata.CleanupAlways); err != nil {
-		return err
-	}
-	if err := r.e.cat.AddCleanup(ctx, m.ID, m.SourceGroup, metadata.ObjectSlot, name, metadata.CleanupAlways); err != nil {
-		return err
-	}
-	sp.mark("publication")
-	// The copy stage begins with the slot: its snapshot is held open and
-	// the slot retains WAL until the copy is done, so a move waits for its
-	// turn before creating it.
-	if err := r.holdCopySlot(ctx); err != nil {
-		return err
-	}
-	sp.mark("copy_turn")
-	snap, err := replication.CreateSlot(ctx, r.e.dsn(r.source), name)
-	if err != nil {
-		return err
-	}
-	sp.mark("slot")
+	sp.fields = append(sp.fields, zap.Duration("source_side", srcDur.Round(time.Millisecond)), zap.Duration("target_side", tgtDur.Round(time.Millisecond)))
 	r.snapshot = snap
 	r.log.Info("slot created", zap.String("slot", name), zap.Stringer("lsn", snap.ConsistentLSN))
 	if err := r.e.cat.SetProgress(ctx, m.ID, 0, 0, snap.ConsistentLSN.String(), ""); err != nil {
 		return err
 	}
 	return r.changePhase(ctx, m, Setup, Copying, stepped, "slot "+name+" at "+snap.ConsistentLSN.String(), "")
+}
+
+// createTargetTables creates the group's tables on the target (session
+// dst) from the source's definitions, then gives them the source's owner
+// and privileges, so that the application reads and writes the moved
+// shards as it did the old ones.
+func (r *run) createTargetTables(ctx context.Context, dst *pgx.Conn, tables []pgx.Identifier, ddls []metadata.TableDDL) error {
+	for i, t := range tables {
+		// Identity columns are BY DEFAULT until the cutover's FinishStatements.
+		if err := metadata.RunDDL(ctx, dst, ddls[i].CreateStatement(t, "", metadata.MoveTarget)); err != nil {
+			return fmt.Errorf("create %s on %s: %w", t.Sanitize(), r.target.Addr(), err)
+		}
+	}
+	haves, err := metadata.ReadTablesPrivileges(ctx, dst, tables)
+	if err != nil {
+		return err
+	}
+	for i, t := range tables {
+		if err := metadata.RunDDL(ctx, dst, ddls[i].PrivilegeStatements(t, haves[i])...); err != nil {
+			return permanent(fmt.Errorf("give %s on %s the owner (%s) and privileges it has on the source: %w; the mover's role must be a member of the table's owner, and the owner needs CREATE on the schema there (docs/privileges.md)",
+				t.Sanitize(), r.target.Addr(), ddls[i].Owner, err))
+		}
+	}
+	return nil
+}
+
+// createPublicationAndSlot creates the publication on the source (session
+// src), waits for the move's turn to copy, and creates the slot with its
+// exported snapshot.
+func (r *run) createPublicationAndSlot(ctx context.Context, src *pgx.Conn, name string, tables []pgx.Identifier, sp *splits) (*replication.Snapshot, error) {
+	if err := replication.CreatePublication(ctx, src, name, tables); err != nil {
+		return nil, err
+	}
+	sp.mark("publication")
+	// The copy stage begins with the slot: its snapshot is held open and
+	// the slot retains WAL until the copy is done, so a move waits for its
+	// turn before creating it.
+	if err := r.holdCopySlot(ctx); err != nil {
+		return nil, err
+	}
+	sp.mark("copy_turn")
+	snap, err := replication.CreateSlot(ctx, r.e.dsn(r.source), name)
+	if err != nil {
+		return nil, err
+	}
+	sp.mark("slot")
+	return snap, nil
+}
+
+// addCleanups records, before setup creates anything, every artifact it
+// will create: each table on the target (policy on_failure), the
+// publication and the slot on the source, the origin on the target
+// (always). The records are written at once; each is its own coordinator
+// transaction, as before, so a record never depends on another.
+func (r *run) addCleanups(ctx context.Context, m metadata.Move, tables []pgx.Identifier) error {
+	type rec struct {
+		group  int32
+		kind   metadata.ObjectKind
+		name   string
+		policy string
+	}
+	recs := make([]rec, 0, len(tables)+3)
+	for _, t := range tables {
+		recs = append(recs, rec{m.TargetGroup, metadata.ObjectTable, metadata.QualifiedName(t), metadata.CleanupOnFailure})
+	}
+	recs = append(recs,
+		rec{m.SourceGroup, metadata.ObjectPublication, m.Name(), metadata.CleanupAlways},
+		rec{m.TargetGroup, metadata.ObjectOrigin, m.Name(), metadata.CleanupAlways},
+		rec{m.SourceGroup, metadata.ObjectSlot, m.Name(), metadata.CleanupAlways})
+	errs := make([]error, len(recs))
+	var wg sync.WaitGroup
+	for i, c := range recs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = r.e.cat.AddCleanup(ctx, m.ID, c.group, c.kind, c.name, c.policy)
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 // copy copies every table from the exported snapshot.
@@ -163,7 +248,9 @@ func (r *run) copy(ctx context.Context, m metadata.Move) error {
 
 // index builds secondary indexes (and other constraints the source has) on
 // the target and analyzes the tables.
-func (r *run) index(ctx context.Context, m metadata.Move) error {
+func (r *run) index(ctx context.Context, m metadata.Move) (err error) {
+	sp := newSplits()
+	defer sp.log(r.log, "indexing timings")
 	if err := r.holdCopySlot(ctx); err != nil {
 		return err
 	}
@@ -171,17 +258,30 @@ func (r *run) index(ctx context.Context, m metadata.Move) error {
 	if err != nil {
 		return err
 	}
-	defer closeBoth(ctx, src, dst)
-	for _, t := range shardIdents(m) {
-		ddl, err := metadata.ReadTableDDL(ctx, src, t)
-		if err != nil {
-			return err
-		}
-		// Indexes, NOT VALID constraints and the replica identity, then
-		// ANALYZE: each without statement_timeout, one statement at a time.
-		if err := metadata.RunDDL(ctx, dst, append(ddl.IndexStatements(t, ""), "ANALYZE "+t.Sanitize())...); err != nil {
+	defer r.releaseBoth(src, dst, &err)
+	sp.mark("connect")
+	tables := shardIdents(m)
+	ddls, err := metadata.ReadTablesDDL(ctx, src, tables)
+	if err != nil {
+		return err
+	}
+	sp.mark("read_ddl")
+	for i, t := range tables {
+		// Indexes, NOT VALID constraints and the replica identity: each
+		// without statement_timeout, one statement at a time.
+		if err := metadata.RunDDL(ctx, dst, ddls[i].IndexStatements(t, "")...); err != nil {
 			return fmt.Errorf("build indexes of %s on %s: %w", t.Sanitize(), r.target.Addr(), err)
 		}
 	}
+	sp.mark("indexes")
+	// Then ANALYZE, every table of the group in one statement.
+	list := make([]string, len(tables))
+	for i, t := range tables {
+		list[i] = t.Sanitize()
+	}
+	if err := metadata.RunDDL(ctx, dst, "ANALYZE "+strings.Join(list, ", ")); err != nil {
+		return fmt.Errorf("analyze %s on %s: %w", strings.Join(list, ", "), r.target.Addr(), err)
+	}
+	sp.mark("analyze")
 	return r.changePhase(ctx, m, Indexing, CatchingUp, stepped, "indexes built", "")
 }

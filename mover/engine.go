@@ -126,6 +126,11 @@ type Engine struct {
 	// copySlot, set by RunJob, waits for a move's turn to copy within the
 	// job's limits and returns how to give the turn back (nil: no wait).
 	copySlot func(ctx context.Context, moveID int64) (release func(), err error)
+	// sessions keeps node sessions for the next step (sessions.go); disk
+	// keeps the targets' last free-space measurements (disk.go). Both are
+	// shared with the engine's copies.
+	sessions *sessionPool
+	disk     *diskCache
 }
 
 // New returns an engine on the coordinator's catalog (a *metadata.Catalog,
@@ -168,7 +173,7 @@ func New(cfg Config, cat Store) *Engine {
 	if cfg.MaxRetainedWALFraction == 0 {
 		cfg.MaxRetainedWALFraction = def.MaxRetainedWALFraction
 	}
-	return &Engine{cfg: cfg, cat: cat, log: cfg.Logger}
+	return &Engine{cfg: cfg, cat: cat, log: cfg.Logger, sessions: newSessionPool(), disk: newDiskCache()}
 }
 
 // Request asks to move the shard group holding ShardID to a node.
@@ -308,6 +313,8 @@ func (e *Engine) Recover(ctx context.Context) error {
 		groups = append(groups, g)
 	}
 	sort.Slice(groups, func(i, j int) bool { return groups[i] < groups[j] })
+	// One node after another: a move's fences and Citus parts may be on
+	// several nodes, and each is settled under the move's lease.
 	var errs []error
 	for _, g := range groups {
 		n := nodes[g]
@@ -326,12 +333,12 @@ func (e *Engine) Recover(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-func (e *Engine) recoverNode(ctx context.Context, n metadata.Node) error {
-	conn, err := e.connect(ctx, n)
+func (e *Engine) recoverNode(ctx context.Context, n metadata.Node) (err error) {
+	conn, err := e.session(ctx, n)
 	if err != nil {
 		return err
 	}
-	defer conn.Close(ctx)
+	defer e.release(n, conn, &err)
 	gids, err := fences(ctx, conn, 0)
 	if err != nil {
 		return err

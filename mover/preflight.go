@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"go.uber.org/zap"
@@ -96,19 +98,47 @@ func (e *Engine) checkMoveable(ctx context.Context, m metadata.Move) error {
 }
 
 // checkNodes checks the servers: settings, free slots and senders, replica
-// identity, and names that would collide.
-func (e *Engine) checkNodes(ctx context.Context, m metadata.Move, src, dst metadata.Node, own bool, sp *splits) error {
-	sc, err := e.connect(ctx, src)
-	if err != nil {
-		return invalidf("cannot reach the source %s: %v", src.Addr(), err)
+// identity, room, and names that would collide. The source's and the
+// target's checks run at once, each on its own session (reused from the
+// engine's earlier steps when there is one), and each side's reads are
+// batched over the group's tables; the verdicts are then given in a fixed
+// order, so a move with several problems is refused for the same one
+// every time.
+func (e *Engine) checkNodes(ctx context.Context, m metadata.Move, src, dst metadata.Node, own bool, sp *splits) (err error) {
+	sc, dc, serr, derr := e.sessionPair(ctx, src, dst)
+	defer e.release(src, sc, &err)
+	defer e.release(dst, dc, &err)
+	if serr != nil {
+		return invalidf("cannot reach the source %s: %v", src.Addr(), serr)
 	}
-	defer sc.Close(ctx)
-	dc, err := e.connect(ctx, dst)
-	if err != nil {
-		return invalidf("cannot reach the target %s: %v", dst.Addr(), err)
+	if derr != nil {
+		return invalidf("cannot reach the target %s: %v", dst.Addr(), derr)
 	}
-	defer dc.Close(ctx)
 	sp.mark("connect")
+
+	tables := shardIdents(m)
+	var (
+		wg       sync.WaitGroup
+		sideSrc  sourceChecks
+		sideDst  targetChecks
+		srcDur   time.Duration
+		dstStart = time.Now()
+	)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		start := time.Now()
+		sideSrc = e.readSourceChecks(ctx, sc, tables)
+		srcDur = time.Since(start)
+	}()
+	sideDst = e.readTargetChecks(ctx, m, dc, dst.Addr())
+	dstDur := time.Since(dstStart)
+	wg.Wait()
+	if sp != nil {
+		sp.fields = append(sp.fields, zap.Duration("source_reads", srcDur.Round(time.Millisecond)),
+			zap.Duration("target_reads", dstDur.Round(time.Millisecond)), zap.Bool("disk_reused", sideDst.room.reused))
+	}
+	sp.mark("reads")
 
 	// The move's slot and its applier's WAL sender; with Verify, a
 	// temporary slot (and its sender) for a moment before the cutover.
@@ -116,10 +146,10 @@ func (e *Engine) checkNodes(ctx context.Context, m metadata.Move, src, dst metad
 	if e.cfg.Verify {
 		need, whyNeed = 2, " (one more for --verify's temporary slot)"
 	}
-	capacity, err := replication.ReadSourceCapacity(ctx, sc)
-	if err != nil {
-		return fmt.Errorf("read settings of %s: %w", src.Addr(), err)
+	if sideSrc.capacityErr != nil {
+		return fmt.Errorf("read settings of %s: %w", src.Addr(), sideSrc.capacityErr)
 	}
+	capacity := sideSrc.capacity
 	switch {
 	case capacity.WALLevel != "logical":
 		return invalidf("the source %s has wal_level = %s; set wal_level = logical and restart it", src.Addr(), capacity.WALLevel)
@@ -132,44 +162,37 @@ func (e *Engine) checkNodes(ctx context.Context, m metadata.Move, src, dst metad
 		return invalidf("the source %s has %d of %d WAL senders free and the move needs %d%s; raise max_wal_senders",
 			src.Addr(), max(capacity.SendersMax-capacity.SendersUsed, 0), capacity.SendersMax, need, whyNeed)
 	}
-	originsMax, originsUsed, err := replication.ReadOriginCapacity(ctx, dc)
-	if err != nil {
-		return fmt.Errorf("read settings of %s: %w", dst.Addr(), err)
+	if sideDst.originsErr != nil {
+		return fmt.Errorf("read settings of %s: %w", dst.Addr(), sideDst.originsErr)
 	}
-	if originsUsed >= originsMax {
-		return invalidf("the target %s has no free replication origin (%d of %d used); raise its max_replication_slots", dst.Addr(), originsUsed, originsMax)
+	if sideDst.originsUsed >= sideDst.originsMax {
+		return invalidf("the target %s has no free replication origin (%d of %d used); raise its max_replication_slots", dst.Addr(), sideDst.originsUsed, sideDst.originsMax)
 	}
 	if e.cat.Flavor() == metadata.Citus {
-		var ok bool
-		if err := dc.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'citus')").Scan(&ok); err != nil {
-			return fmt.Errorf("read extensions of %s: %w", dst.Addr(), err)
+		if sideDst.citusErr != nil {
+			return fmt.Errorf("read extensions of %s: %w", dst.Addr(), sideDst.citusErr)
 		}
-		if !ok {
+		if !sideDst.citus {
 			return invalidf("the target %s does not have the citus extension; run CREATE EXTENSION citus there and add it with citus_add_node", dst.Addr())
 		}
 	}
-	sp.mark("capacity")
-	if err := replication.CheckReplicaIdentity(ctx, sc, shardIdents(m)); err != nil {
-		return invalidf("%v", err)
+	if sideSrc.identityErr != nil {
+		return invalidf("%v", sideSrc.identityErr)
 	}
-	sp.mark("replica_identity")
-	{
-		// Room on the target. Preflight runs before setup, so none of
-		// this move's copy is there yet.
-		var size int64
-		names := make([]string, 0, len(m.ShardIDs))
-		for _, t := range shardIdents(m) {
-			names = append(names, t.Sanitize())
+	// Room on the target. Preflight runs before setup, so none of this
+	// move's copy is there yet.
+	if sideSrc.sizeErr != nil {
+		return fmt.Errorf("measure shard group on %s: %w", src.Addr(), sideSrc.sizeErr)
+	}
+	if e.cfg.DiskFactor >= 0 {
+		if sideDst.roomErr != nil {
+			return sideDst.roomErr
 		}
-		if err := sc.QueryRow(ctx, `SELECT coalesce(sum(pg_total_relation_size(to_regclass(n))), 0)::int8 FROM unnest($1::text[]) n`, names).Scan(&size); err != nil {
-			return fmt.Errorf("measure shard group on %s: %w", src.Addr(), err)
-		}
-		sp.mark("size")
-		if err := e.checkRoom(ctx, m, size, dc, dst.Addr()); err != nil {
+		if err := e.checkRoom(m, sideSrc.size, sideDst.room, dst.Addr()); err != nil {
 			return err
 		}
-		sp.mark("room")
 	}
+	sp.mark("verdicts")
 	// On Citus, an old shard of an earlier move (Citus's or ours) may still
 	// wait for Citus's deferred cleanup on the target, holding the names:
 	// like Citus before its own moves, run that cleanup now.
@@ -178,43 +201,158 @@ func (e *Engine) checkNodes(ctx context.Context, m metadata.Move, src, dst metad
 	}
 	sp.mark("citus_cleanup")
 	// Names on the target: the shard tables must not exist there, unless
-	// they are this move's own copy from an earlier attempt.
-	for _, t := range shardIdents(m) {
-		var exists bool
-		if err := dc.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", t.Sanitize()).Scan(&exists); err != nil {
-			return err
+	// they are this move's own copy from an earlier attempt; and the
+	// shards' index names must be free in their schema there: an old,
+	// fenced copy of a shard (whatever its fenced name) keeps them.
+	if sideSrc.indexesErr != nil {
+		return sideSrc.indexesErr
+	}
+	names, err := targetNames(ctx, dc, tables, sideSrc.indexes)
+	if err != nil {
+		return err
+	}
+	for i, t := range tables {
+		if names[i].exists {
+			if !(own && e.ownsTable(ctx, m, t)) {
+				return invalidf("table %s already exists on the target %s; drop it or run `shardmover cleanup` if it is left from an earlier move", t.Sanitize(), dst.Addr())
+			}
+			continue // a table that already exists was handled above
 		}
-		if exists && !(own && e.ownsTable(ctx, m, t)) {
-			return invalidf("table %s already exists on the target %s; drop it or run `shardmover cleanup` if it is left from an earlier move", t.Sanitize(), dst.Addr())
-		}
-		// The shard's index names must be free in its schema on the target:
-		// an old, fenced copy of it (whatever its fenced name) keeps them.
-		// (A table that already exists was handled above.)
-		if exists {
-			continue
-		}
-		var indexes []string
-		if err := sc.QueryRow(ctx, `SELECT coalesce(array_agg(ic.relname::text), '{}') FROM pg_index i
-			JOIN pg_class ic ON ic.oid = i.indexrelid JOIN pg_class tc ON tc.oid = i.indrelid
-			JOIN pg_namespace n ON n.oid = tc.relnamespace WHERE n.nspname = $1 AND tc.relname = $2`, t[0], t[1]).Scan(&indexes); err != nil {
-			return err
-		}
-		var collide string
-		if err := dc.QueryRow(ctx, `SELECT coalesce(min(c.relname), '') FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-			WHERE n.nspname = $1 AND c.relname = ANY($2)`, t[0], indexes).Scan(&collide); err != nil {
-			return err
-		}
-		if collide != "" {
-			return invalidf("the target %s still holds an old copy of %s from an earlier move (index %s); run `shardmover cleanup --keep-old-for 0s` first", dst.Addr(), t.Sanitize(), collide)
+		if names[i].collide != "" {
+			return invalidf("the target %s still holds an old copy of %s from an earlier move (index %s); run `shardmover cleanup --keep-old-for 0s` first", dst.Addr(), t.Sanitize(), names[i].collide)
 		}
 	}
 	sp.mark("names")
-	if !own {
-		return nil
-	}
 	// Leftovers with this move's name are its own (a crashed attempt): the
 	// setup phase drops them through their cleanup records.
 	return nil
+}
+
+// sourceChecks is what preflight reads on the source, each part with its
+// own error (judged in checkNodes' order).
+type sourceChecks struct {
+	capacity    replication.SourceCapacity
+	capacityErr error
+	identityErr error
+	size        int64
+	sizeErr     error
+	indexes     [][]string // index names of each table
+	indexesErr  error
+}
+
+// readSourceChecks reads, on the source session sc, the replication
+// settings, every table's replica identity, the group's size and each
+// table's index names.
+func (e *Engine) readSourceChecks(ctx context.Context, sc *pgx.Conn, tables []pgx.Identifier) sourceChecks {
+	var r sourceChecks
+	r.capacity, r.capacityErr = replication.ReadSourceCapacity(ctx, sc)
+	if r.capacityErr != nil {
+		return r // the session is unusable or the server refuses: say so first
+	}
+	r.identityErr = replication.CheckReplicaIdentity(ctx, sc, tables)
+	names := make([]string, len(tables))
+	schemas := make([]string, len(tables))
+	rels := make([]string, len(tables))
+	for i, t := range tables {
+		names[i], schemas[i], rels[i] = t.Sanitize(), t[0], t[1]
+	}
+	r.sizeErr = sc.QueryRow(ctx, `SELECT coalesce(sum(pg_total_relation_size(to_regclass(n))), 0)::int8 FROM unnest($1::text[]) n`, names).Scan(&r.size)
+	r.indexes = make([][]string, len(tables))
+	rows, err := sc.Query(ctx, `SELECT u.i::int, ic.relname::text
+		FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS u(s, r, i)
+		JOIN pg_namespace n ON n.nspname = u.s
+		JOIN pg_class tc ON tc.relnamespace = n.oid AND tc.relname = u.r
+		JOIN pg_index i ON i.indrelid = tc.oid
+		JOIN pg_class ic ON ic.oid = i.indexrelid
+		ORDER BY 1, 2`, schemas, rels)
+	if err != nil {
+		r.indexesErr = err
+		return r
+	}
+	var pos int32
+	var name string
+	_, err = pgx.ForEachRow(rows, []any{&pos, &name}, func() error {
+		if pos < 1 || int(pos) > len(tables) {
+			return fmt.Errorf("index query returned table position %d of %d", pos, len(tables))
+		}
+		r.indexes[pos-1] = append(r.indexes[pos-1], name)
+		return nil
+	})
+	r.indexesErr = err
+	return r
+}
+
+// targetChecks is what preflight reads on the target.
+type targetChecks struct {
+	originsMax, originsUsed int
+	originsErr              error
+	citus                   bool
+	citusErr                error
+	room                    room
+	roomErr                 error
+}
+
+// readTargetChecks reads, on the target session dc, its replication
+// origins, whether it has the citus extension (on Citus), and the room
+// for the move (measureRoom).
+func (e *Engine) readTargetChecks(ctx context.Context, m metadata.Move, dc *pgx.Conn, dstAddr string) targetChecks {
+	var r targetChecks
+	r.originsMax, r.originsUsed, r.originsErr = replication.ReadOriginCapacity(ctx, dc)
+	if r.originsErr != nil {
+		return r
+	}
+	if e.cat.Flavor() == metadata.Citus {
+		r.citusErr = dc.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'citus')").Scan(&r.citus)
+	}
+	if e.cfg.DiskFactor >= 0 {
+		r.room, r.roomErr = e.measureRoom(ctx, m, dc, dstAddr)
+	}
+	return r
+}
+
+// targetName says whether a shard table exists on the target and, if not,
+// the first of its index names already taken in its schema there.
+type targetName struct {
+	exists  bool
+	collide string
+}
+
+// targetNames reads targetName for every table in one query.
+func targetNames(ctx context.Context, dc *pgx.Conn, tables []pgx.Identifier, indexes [][]string) ([]targetName, error) {
+	quoted := make([]string, len(tables))
+	schemas := make([]string, len(tables))
+	var ixPos []int32
+	var ixNames []string
+	for i, t := range tables {
+		quoted[i], schemas[i] = t.Sanitize(), t[0]
+		for _, name := range indexes[i] {
+			ixPos = append(ixPos, int32(i+1))
+			ixNames = append(ixNames, name)
+		}
+	}
+	rows, err := dc.Query(ctx, `SELECT u.i::int, to_regclass(u.q) IS NOT NULL,
+			coalesce((SELECT min(c.relname)::text FROM unnest($3::int[], $4::text[]) AS x(i, name)
+				JOIN pg_namespace n ON n.nspname = u.s
+				JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = x.name
+				WHERE x.i = u.i), '')
+		FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS u(q, s, i)
+		ORDER BY 1`, quoted, schemas, ixPos, ixNames)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]targetName, len(tables))
+	var pos int32
+	var n targetName
+	if _, err := pgx.ForEachRow(rows, []any{&pos, &n.exists, &n.collide}, func() error {
+		if pos < 1 || int(pos) > len(tables) {
+			return fmt.Errorf("name query returned table position %d of %d", pos, len(tables))
+		}
+		out[pos-1] = n
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	return out, nil
 }
 
 func (e *Engine) ownsTable(ctx context.Context, m metadata.Move, t pgx.Identifier) bool {
