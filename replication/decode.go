@@ -47,6 +47,19 @@ type relation struct {
 	// stmts names the prepared statement of each shape; owned by the
 	// applier of the current session.
 	stmts map[string]string
+	// shapes interns the shapes seen, so that a change of a known shape
+	// allocates no string for it.
+	shapes map[string]string
+}
+
+// intern returns the shape spelled by b, allocated once per relation.
+func (r *relation) intern(b []byte) string {
+	if s, ok := r.shapes[string(b)]; ok {
+		return s
+	}
+	s := string(b)
+	r.shapes[s] = s
+	return s
 }
 
 type column struct {
@@ -82,7 +95,12 @@ func (d *decoder) parse(data []byte) (msg pglogrepl.Message, err error) {
 			msg, err = nil, permanent(fmt.Errorf("decode pgoutput message %q: malformed: %v", data[0], r))
 		}
 	}()
-	msg, err = pglogrepl.Parse(data)
+	switch data[0] {
+	case 'I', 'U', 'D':
+		msg, _, err = decodeChange(data, false)
+	default:
+		msg, err = pglogrepl.Parse(data)
+	}
 	if err != nil {
 		return nil, permanent(fmt.Errorf("decode pgoutput message %q: %w", data[0], err))
 	}
@@ -108,6 +126,14 @@ func (d *decoder) parseV2(data []byte, inStream bool) (msg pglogrepl.Message, xi
 			msg, err = nil, permanent(fmt.Errorf("decode pgoutput message %q: malformed: %v", data[0], r))
 		}
 	}()
+	switch data[0] {
+	case 'I', 'U', 'D':
+		msg, xid, err = decodeChange(data, inStream)
+		if err != nil {
+			return nil, 0, permanent(fmt.Errorf("decode pgoutput message %q: %w", data[0], err))
+		}
+		return msg, xid, nil
+	}
 	m, err := pglogrepl.ParseV2(data, inStream)
 	if err != nil {
 		return nil, 0, permanent(fmt.Errorf("decode pgoutput message %q: %w", data[0], err))
@@ -147,6 +173,7 @@ func (d *decoder) newRelation(m *pglogrepl.RelationMessage) *relation {
 		name:     pgx.Identifier{m.Namespace, m.RelationName},
 		identity: m.ReplicaIdentity,
 		stmts:    map[string]string{},
+		shapes:   map[string]string{},
 	}
 	r.quoted = r.name.Sanitize()
 	for _, c := range m.Columns {
@@ -246,9 +273,9 @@ func insertStmt(r *relation, m *pglogrepl.InsertMessage) (*stmt, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &stmt{rel: r, kind: 'I'}
-	shape := make([]byte, 1, 1+len(cols))
-	shape[0] = 'I'
+	s := &stmt{rel: r, kind: 'I', params: make([]param, 0, len(cols)), values: make([][]byte, 0, len(cols))}
+	var buf [64]byte
+	shape := append(buf[:0], 'I')
 	for i, c := range cols {
 		if c.DataType == pglogrepl.TupleDataTypeToast {
 			shape = append(shape, '-')
@@ -258,7 +285,7 @@ func insertStmt(r *relation, m *pglogrepl.InsertMessage) (*stmt, error) {
 		s.params = append(s.params, param{col: i})
 		s.values = append(s.values, value(c))
 	}
-	s.shape = string(shape)
+	s.shape = r.intern(shape)
 	s.batchable = typedParams(s)
 	return s, nil
 }
@@ -321,9 +348,9 @@ func updateStmt(r *relation, m *pglogrepl.UpdateMessage) (*stmt, error) {
 	if !r.hasKey {
 		return nil, permanent(fmt.Errorf("cannot apply an update to %s: it has no replica identity on the source", r.quoted))
 	}
-	s := &stmt{rel: r, kind: 'U', oneRow: true}
-	shape := make([]byte, 1, 1+2*len(newCols))
-	shape[0] = 'U'
+	s := &stmt{rel: r, kind: 'U', oneRow: true, params: make([]param, 0, 2*len(newCols)), values: make([][]byte, 0, 2*len(newCols))}
+	var buf [128]byte
+	shape := append(buf[:0], 'U')
 	keyChanged := oldCols != nil
 	for i, c := range newCols {
 		skip := c.DataType == pglogrepl.TupleDataTypeToast ||
@@ -347,7 +374,7 @@ func updateStmt(r *relation, m *pglogrepl.UpdateMessage) (*stmt, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.shape = string(shape)
+	s.shape = r.intern(shape)
 	s.batchable = !keyChanged && r.identity != 'f' && typedParams(s)
 	return s, nil
 }
@@ -362,11 +389,12 @@ func deleteStmt(r *relation, m *pglogrepl.DeleteMessage) (*stmt, error) {
 		return nil, permanent(fmt.Errorf("cannot apply a delete to %s: it has no replica identity on the source", r.quoted))
 	}
 	s := &stmt{rel: r, kind: 'D', oneRow: true}
-	shape, err := whereFrom(s, []byte{'D'}, oldCols)
+	var buf [64]byte
+	shape, err := whereFrom(s, append(buf[:0], 'D'), oldCols)
 	if err != nil {
 		return nil, err
 	}
-	s.shape = string(shape)
+	s.shape = r.intern(shape)
 	s.batchable = r.identity != 'f' && typedParams(s)
 	return s, nil
 }

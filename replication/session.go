@@ -222,6 +222,7 @@ type session struct {
 	skipBefore pglogrepl.LSN
 
 	received   pglogrepl.LSN // highest position received
+	now        time.Time     // when the message being handled arrived
 	lastStatus time.Time
 	deadline   time.Time // the read deadline set on the source connection
 
@@ -306,6 +307,9 @@ func (ss *session) loop(ctx context.Context) error {
 			}
 			return fmt.Errorf("receive from source: %w", err)
 		}
+		// One clock read per message: the server clock's local time and
+		// the group's age are both taken from it.
+		ss.now = time.Now()
 		switch m := msg.(type) {
 		case *pgproto3.CopyData:
 			if err := ss.handleCopyData(ctx, m.Data); err != nil {
@@ -329,7 +333,7 @@ func (ss *session) handleCopyData(ctx context.Context, data []byte) error {
 		if err != nil {
 			return permanent(fmt.Errorf("parse keepalive: %w", err))
 		}
-		ss.s.noteServer(ka.ServerWALEnd, ka.ServerTime)
+		ss.s.noteServer(ka.ServerWALEnd, ka.ServerTime, ss.now)
 		if !ss.txnOpen {
 			if ss.groupTxns == 0 {
 				// Behind any group still executing.
@@ -352,7 +356,7 @@ func (ss *session) handleCopyData(ctx context.Context, data []byte) error {
 		if err != nil {
 			return permanent(fmt.Errorf("parse xlogdata: %w", err))
 		}
-		ss.s.noteServer(xld.ServerWALEnd, xld.ServerTime)
+		ss.s.noteServer(xld.ServerWALEnd, xld.ServerTime, ss.now)
 		ss.received = max(ss.received, xld.WALStart)
 		return ss.handleMessage(ctx, xld.WALData)
 	}
@@ -464,7 +468,7 @@ func (ss *session) handle(ctx context.Context, data []byte, msg pglogrepl.Messag
 		// a failure of theirs would roll the replay back with them, and
 		// a session that keeps failing that way would never record any
 		// progress (the origin stuck at where the first failure left it).
-		if ss.groupDue(time.Now()) || (ss.app.strict && !strict) {
+		if ss.groupDue(ss.now) || (ss.app.strict && !strict) {
 			if err := ss.commitGroup(ctx); err != nil {
 				return err
 			}
@@ -489,7 +493,7 @@ func (ss *session) handle(ctx context.Context, data []byte, msg pglogrepl.Messag
 		ss.groupTxns++
 		ss.groupEnd, ss.groupTime = m.TransactionEndLSN, m.CommitTime
 		_, waited := ss.s.waiters(ss.groupEnd)
-		if waited || ss.groupDue(time.Now()) {
+		if waited || ss.groupDue(ss.now) {
 			return ss.commitGroup(ctx)
 		}
 	case *pglogrepl.InsertMessage:

@@ -254,14 +254,16 @@ func (s *Stream) waiters(lsn pglogrepl.LSN) (hasWaiters, atOrBelow bool) {
 	return hasWaiters, false
 }
 
-func (s *Stream) noteServer(end pglogrepl.LSN, t time.Time) {
+// noteServer records the WAL end and the server clock t of a message that
+// arrived at now.
+func (s *Stream) noteServer(end pglogrepl.LSN, t, now time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if end > s.serverEnd {
 		s.serverEnd = end
 	}
 	if !t.IsZero() {
-		s.serverTime, s.serverTimeAt = t, time.Now()
+		s.serverTime, s.serverTimeAt = t, now
 	}
 }
 
