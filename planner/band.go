@@ -18,12 +18,13 @@ import (
 // the swap within a colocation (so every count stays) that most lowers the
 // bytes outside the band over both nodes, then adds the fewest moves, then
 // the fewest moved bytes. A step never puts more cost outside the cost
-// band on its two nodes, never spreads a colocation less evenly and obeys
-// every placement rule; unlike bytesRound's steps it is not held to the
-// improvement threshold, because reaching the band is worth the bytes. For
-// the same reason the search keeps its steps only when they bring every
-// node into the band; otherwise it undoes them all, so a plan that cannot
-// reach the band moves no more than bytesRound made it. It spends at most
+// band on its two nodes (nor gathers it on one of them), never spreads a
+// colocation less evenly and obeys every placement rule; unlike
+// bytesRound's steps it is not held to the improvement threshold, because
+// reaching the band is worth the bytes. For the same reason the search
+// keeps its steps only when they bring every node into the band;
+// otherwise it undoes them all, so a plan that cannot reach the band moves
+// no more than bytesRound made it. It spends at most
 // half the evaluations left and 4·nodes+32 steps.
 func (r *repairer) bandSearch() {
 	p := r.p

@@ -40,8 +40,11 @@
 //     once, when that cannot invalidate the moves planned in between.
 //  4. Repair (repair.go): balancing evens out node totals only; repair then
 //     works on where each group ends, with a lexicographic goal: never
-//     more cost outside the band; every colocation group spread over the
-//     nodes that may hold it (a node of capacity w out of W holds
+//     more cost outside the band, nor the same cost gathered on fewer nodes
+//     (when rules keep some nodes below the band and the others above it,
+//     a group moved between two of those above changes no total but
+//     makes one of them further out); every colocation group spread over
+//     the nodes that may hold it (a node of capacity w out of W holds
 //     floor(k·w/W) or ceil(k·w/W) of a colocation's k groups, so counts
 //     differ by at most one where capacities are equal, as Citus's
 //     per-colocation rebalancing achieves); with ByDiskSize, every node's
@@ -50,11 +53,12 @@
 //     global redistribution (each colocation to its quotas, each node
 //     keeping as many of its own groups as its quota allows, chosen to add
 //     up to its share of bytes, the rest largest first to the emptiest node
-//     that needs one) and keeps it when it leaves no more cost outside the
-//     band than balancing did; otherwise local steps (moves and swaps that
-//     each improve spread or bytes and make nothing else worse). When the
-//     bytes are still outside the band, a band search (band.go) takes the
-//     node worst off and its best counterparts and makes the move or
+//     that needs one) and keeps it when it brings every node into the
+//     band; otherwise it also tries local steps alone (moves and swaps
+//     that each improve spread or bytes and make nothing else worse) and
+//     keeps the better of the two. When the bytes are still outside the
+//     band, a band search (band.go) takes the node worst off and its best
+//     counterparts and makes the move or
 //     same-colocation swap that most lowers the bytes outside the band
 //     (then fewest moves, then fewest moved bytes), without more cost
 //     outside the cost band, less spread or a broken placement rule, and

@@ -91,8 +91,9 @@ type planner struct {
 // with Citus's rule (the largest group whose move is acceptable) and, when
 // groups must leave their nodes, after forced moves placed by Citus's
 // policy instead of the planner's (see forcedMoves); each is repaired, and
-// the best is returned: less cost outside the band, then colocation groups
-// closer to their quotas, then fewer bytes outside the byte band, then
+// the best is returned: less cost outside the band, then that cost shared
+// more evenly over the nodes (see costV2), then colocation groups closer to
+// their quotas, then fewer bytes outside the byte band, then
 // fewer moves, then fewer moved bytes, then the first tried.
 func Plan(in Input) (Result, error) {
 	if err := validateOptions(&in); err != nil {

@@ -295,3 +295,37 @@ func TestBytesLimitHonest(t *testing.T) {
 	require.NoError(t, err)
 	assert.True(t, res.BytesBalanced, "%+v", res.BytesLimit)
 }
+
+// TestCrowdedAboveBand: colocation 1 may only be on nodes 2 and 3 (like
+// --allow), the other nodes hold little, so nodes 2 and 3 end above the
+// band whatever the plan does. Spreading colocation 1 by count (three
+// groups each) would put 100 GiB on one node and 60 GiB on the other, with
+// as much cost outside the band in total as 80 GiB each; the plan must keep
+// the even split (cost before spread) and not move more than it needs.
+func TestCrowdedAboveBand(t *testing.T) {
+	const gib = int64(1) << 30
+	in := DefaultInput(ByDiskSize)
+	for id := int64(1); id <= 4; id++ {
+		in.Nodes = append(in.Nodes, Node{ID: id, Name: fmt.Sprintf("w%d:5432", id), Capacity: 1, ShouldHaveShards: true})
+	}
+	add := func(c int64, i int, node int64, size int64) {
+		in.Groups = append(in.Groups, Group{ID: fmt.Sprintf("c%d:%d", c, i), ColocationID: c, Index: i, Node: node,
+			ShardIDs: []int64{c*100 + int64(i)}, Tables: []string{fmt.Sprintf("t%d", c)}, Bytes: size * gib})
+	}
+	add(1, 0, 2, 60)
+	for i := 1; i <= 5; i++ {
+		add(1, i, 3, 20)
+	}
+	add(2, 0, 1, 5)
+	add(2, 1, 4, 5)
+	in.Allowed = func(g Group, n Node) bool { return g.ColocationID != 1 || n.ID == 2 || n.ID == 3 }
+	res, err := Plan(in)
+	require.NoError(t, err)
+	bytesOn := map[int64]int64{}
+	for _, u := range res.After {
+		bytesOn[u.Node] = u.Bytes
+	}
+	assert.Equal(t, 80*gib, bytesOn[2], "node 2")
+	assert.Equal(t, 80*gib, bytesOn[3], "node 3")
+	assert.Len(t, res.Moves, 1)
+}

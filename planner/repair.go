@@ -11,7 +11,11 @@ import (
 // ends, with a lexicographic goal:
 //
 //  1. never more cost outside the band on any pair of nodes it touches than
-//     before (so the plan is never less balanced than balancing left it);
+//     before (so the plan is never less balanced than balancing left it),
+//     nor the same cost gathered more on one of them (costV2: when rules
+//     keep some nodes below the band, the others stay above it, and moving
+//     a group between two of them changes no total outside the band but
+//     does change how far each is out);
 //  2. every colocation group spread over the nodes that may hold it: on a
 //     node of capacity w, out of W for all its nodes, a colocation of k
 //     groups has floor(k·w/W) or ceil(k·w/W) of them (counts differing by
@@ -204,6 +208,16 @@ func (r *repairer) costV(n int32, load float64) float64 {
 	return max(0, load-r.hi*c) + max(0, r.lo*c-load)
 }
 
+// costV2 is node n's cost outside the band squared, per unit of capacity:
+// summed over nodes it says how the cost outside the band is shared. With
+// the same total outside, one node far out is worse than two a little out,
+// which matters when some nodes cannot reach the band (rules keep them
+// empty) and the others all stay above it.
+func (r *repairer) costV2(n int32, load float64) float64 {
+	v := r.costV(n, load)
+	return v * v / r.p.nodes[n].cap
+}
+
 func (r *repairer) byteV(n int32, b float64) float64 {
 	if !r.bytesOn {
 		return 0
@@ -241,6 +255,8 @@ type option struct {
 	a, b    int32
 	dSpread int32
 	dCost   float64
+	dCost2  float64 // change in the summed costV2 of the two nodes
+	tol2    float64 // rounding tolerance of dCost2
 	dBytes  float64
 	dMoves  int
 	moved   int64 // bytes of the groups that move in the plan after the step
@@ -262,6 +278,10 @@ func (r *repairer) eval(o *option) {
 	a, b := o.a, o.b
 	la, lb := r.load[a]-cg+ch, r.load[b]+cg-ch
 	o.dCost = r.costV(a, la) + r.costV(b, lb) - r.costV(a, r.load[a]) - r.costV(b, r.load[b])
+	o.dCost2 = r.costV2(a, la) + r.costV2(b, lb) - r.costV2(a, r.load[a]) - r.costV2(b, r.load[b])
+	ca, cb := p.nodes[a].cap, p.nodes[b].cap
+	ce := r.eps * (ca + cb)
+	o.tol2 = ce * (2*(r.costV(a, la)+r.costV(b, lb)+r.costV(a, r.load[a])+r.costV(b, r.load[b])) + ce) / min(ca, cb)
 	ba, bb := r.bytes[a]-bg+bh, r.bytes[b]+bg-bh
 	o.dBytes = r.byteV(a, ba) + r.byteV(b, bb) - r.byteV(a, r.bytes[a]) - r.byteV(b, r.bytes[b])
 	o.dSpread = 0
@@ -302,9 +322,10 @@ func (r *repairer) worthIt(o *option) bool {
 	return it == 0 || o.dMoved <= 0 || -o.dBytes >= it*float64(o.dMoved)
 }
 
-// costOK: the step leaves the two nodes no further outside the cost band.
+// costOK: the step leaves the two nodes no further outside the cost band,
+// and does not gather the cost outside it on one of them (see costV2).
 func (r *repairer) costOK(o *option) bool {
-	return o.dCost <= r.eps*(r.p.nodes[o.a].cap+r.p.nodes[o.b].cap)
+	return o.dCost <= r.eps*(r.p.nodes[o.a].cap+r.p.nodes[o.b].cap) && o.dCost2 <= o.tol2
 }
 
 func (r *repairer) bytesTol(o *option) float64 {
@@ -382,9 +403,10 @@ func (r *repairer) relocate(gi, t int32) {
 // variants are tried when moves are not limited: local steps alone, and a
 // redistribution of every colocation group to its quotas first (global);
 // the better final placement is kept (see repairScore). The global variant
-// goes first when colocations are not spread; when it leaves no more cost
-// outside the band than the plan had, it is kept without trying the local
-// one. When colocations are only a little off their quotas (by at most one
+// goes first when colocations are not spread; when it leaves no cost
+// outside the band, it is kept without trying the local one (otherwise the
+// local steps may leave less cost outside it, or share it more evenly).
+// When colocations are only a little off their quotas (by at most one
 // group in a hundred), local steps go first and are kept when they spread
 // every colocation.
 func repairPlan(p *planner, lo, hi float64) *repairer {
@@ -402,11 +424,10 @@ func repairPlan(p *planner, lo, hi float64) *repairer {
 		}
 		g = newRepairer(p, lo, hi)
 	}
-	was := g.score()
 	g.global()
 	g.improve()
 	gs := g.score()
-	if gs.costV <= was.costV+was.costEps {
+	if gs.costV <= gs.costEps {
 		return g
 	}
 	r := newRepairer(p, lo, hi)
@@ -507,21 +528,24 @@ func (r *repairer) shrink() {
 }
 
 // repairScore is what decides between repair variants and between the
-// plans Plan tried: less cost outside the band, then less spread, then
-// fewer bytes outside the byte band, then fewer moves, then fewer moved
-// bytes.
+// plans Plan tried: less cost outside the band, then that cost shared more
+// evenly (less summed costV2), then less spread, then fewer bytes outside
+// the byte band, then fewer moves, then fewer moved bytes.
 type repairScore struct {
-	costV, costEps float64
-	spread         int
-	bytesV, bEps   float64
-	moves          int
-	moved          int64
+	costV, costEps   float64
+	costV2, cost2Eps float64
+	spread           int
+	bytesV, bEps     float64
+	moves            int
+	moved            int64
 }
 
 func (x repairScore) better(y repairScore) bool {
 	switch {
 	case math.Abs(x.costV-y.costV) > x.costEps:
 		return x.costV < y.costV
+	case math.Abs(x.costV2-y.costV2) > x.cost2Eps:
+		return x.costV2 < y.costV2
 	case x.spread != y.spread:
 		return x.spread < y.spread
 	case math.Abs(x.bytesV-y.bytesV) > x.bEps:
@@ -540,7 +564,10 @@ func (r *repairer) score() repairScore {
 		if !p.nodes[n].eligible() {
 			continue
 		}
-		s.costV += r.costV(n, r.load[n])
+		v := r.costV(n, r.load[n])
+		s.costV += v
+		s.costV2 += r.costV2(n, r.load[n])
+		s.cost2Eps += r.eps * (2*v + r.eps*p.nodes[n].cap)
 		s.bytesV += r.byteV(n, r.bytes[n])
 		s.costEps += r.eps * p.nodes[n].cap
 		s.bEps += r.bEps * p.nodes[n].cap
@@ -1181,7 +1208,7 @@ func (r *repairer) trim() {
 			continue
 		}
 		r.eval(&o)
-		if o.dSpread <= 0 && o.dCost <= 0 && o.dBytes <= 0 {
+		if o.dSpread <= 0 && o.dCost <= 0 && o.dCost2 <= o.tol2 && o.dBytes <= 0 {
 			r.apply(&o)
 		}
 	}
