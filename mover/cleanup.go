@@ -311,15 +311,19 @@ func (r *run) dropArtifacts(ctx context.Context, m metadata.Move, policies ...st
 // forgets each record once its artifact is gone; it stops at the first
 // error.
 func (e *Engine) dropOnNode(ctx context.Context, n metadata.Node, recs []metadata.CleanupRecord) error {
+	sp := newSplits()
+	defer sp.log(e.log.With(zap.String("node", n.Addr())), "drop timings")
 	conns := e.newNodeConns()
 	defer conns.close(ctx)
 	for _, rec := range recs {
 		if err := e.dropOne(ctx, conns, n, rec); err != nil {
 			return err
 		}
+		sp.mark(string(rec.ObjectType))
 		if err := e.cat.RemoveCleanup(ctx, rec.ID); err != nil {
 			return err
 		}
+		sp.mark("record")
 	}
 	return nil
 }

@@ -65,6 +65,10 @@ func (r *run) setup(ctx context.Context, m metadata.Move) (err error) {
 	if err := r.e.cat.EnsureReferenceTables(ctx); err != nil {
 		return err
 	}
+	sp.mark("reference_tables")
+	// One session on each node (the source's reads the definitions: the
+	// engine's most recently used one, whose plans are warm), and a second
+	// one on the source below for the publication and the slot.
 	src, dst, err := r.connectBoth(ctx)
 	if err != nil {
 		return err
@@ -74,54 +78,87 @@ func (r *run) setup(ctx context.Context, m metadata.Move) (err error) {
 	tables := shardIdents(m)
 	name := m.Name()
 	// Every cleanup record of the setup is written before anything is
-	// created, while the source's definitions are read (one batch for the
-	// whole group): the target's tables (dropped if the move fails), the
-	// publication, the origin and the slot.
-	records := make(chan error, 1)
+	// created: the target's tables (dropped if the move fails), the
+	// publication, the origin and the slot. Meanwhile the source's
+	// definitions are read (one batch for the whole group).
+	recorded := make(chan struct{})
+	var recErr error
 	go func() {
-		records <- r.addCleanups(ctx, m, tables)
+		defer close(recorded)
+		recErr = r.addCleanups(ctx, m, tables)
 	}()
-	ddls, rerr := metadata.ReadTablesDDL(ctx, src, tables)
-	sp.mark("read_ddl")
-	if err := errors.Join(rerr, <-records); err != nil {
-		return err
-	}
-	sp.mark("record")
-	// Each table's schema on the target, as on the source (both sessions).
-	schemas := map[string]bool{}
-	for _, t := range tables {
-		if !schemas[t[0]] {
-			schemas[t[0]] = true
-			if err := metadata.EnsureSchemaLike(ctx, src, dst, t[0]); err != nil {
-				return fmt.Errorf("create schema %s on %s: %w", pgx.Identifier{t[0]}.Sanitize(), r.target.Addr(), err)
+	// The publication and the slot (source) and the target's tables do not
+	// depend on each other: both are made at once, and the copy starts
+	// when both are there. (The publication comes before the slot: the
+	// slot's decoding looks the publication up as of each change.) When
+	// the target's side fails, the source's is stopped.
+	sctx, stopSource := context.WithCancel(ctx)
+	defer stopSource()
+	var (
+		snap    *replication.Snapshot
+		srcErr  error
+		srcDur  time.Duration
+		srcDone = make(chan struct{})
+	)
+	go func() {
+		defer close(srcDone)
+		start := time.Now()
+		defer func() { srcDur = time.Since(start) }()
+		pubConn, err := r.e.session(sctx, r.source)
+		if err != nil {
+			srcErr = err
+			return
+		}
+		defer r.e.release(r.source, pubConn, &srcErr)
+		<-recorded
+		if recErr != nil {
+			return
+		}
+		snap, srcErr = r.createPublicationAndSlot(sctx, pubConn, name, tables)
+	}()
+	tgtStart := time.Now()
+	tgtErr := func() error {
+		ddls, err := metadata.ReadTablesDDL(ctx, src, tables)
+		sp.mark("read_ddl")
+		<-recorded
+		if err := errors.Join(err, recErr); err != nil {
+			return err
+		}
+		sp.mark("record")
+		// Each table's schema on the target, as on the source.
+		schemas := map[string]bool{}
+		for _, t := range tables {
+			if !schemas[t[0]] {
+				schemas[t[0]] = true
+				if err := metadata.EnsureSchemaLike(ctx, src, dst, t[0]); err != nil {
+					return fmt.Errorf("create schema %s on %s: %w", pgx.Identifier{t[0]}.Sanitize(), r.target.Addr(), err)
+				}
 			}
 		}
-	}
-	sp.mark("schemas")
-	// A copy into the target begins: its last free-space measurement no
-	// longer holds.
-	r.e.disk.forget(r.target.Addr())
-	// The target's tables (target session) and the publication and slot
-	// (source) do not depend on each other: both are made at once, and the
-	// copy starts when both are there. (The publication comes before the
-	// slot: the slot's decoding looks the publication up as of each
-	// change.)
-	var tgtDur time.Duration
-	tgtErr := make(chan error, 1)
-	go func() {
-		start := time.Now()
-		err := r.createTargetTables(ctx, dst, tables, ddls)
-		tgtDur = time.Since(start)
-		tgtErr <- err
-	}()
-	srcStart := time.Now()
-	snap, serr := r.createPublicationAndSlot(ctx, src, name, tables, sp)
-	srcDur := time.Since(srcStart)
-	if err := errors.Join(serr, <-tgtErr); err != nil {
-		_ = snap.Release(ctx) // the slot stays, recorded: the next setup drops it
+		sp.mark("schemas")
+		// A copy into the target begins: its last free-space measurement
+		// no longer holds.
+		r.e.disk.forget(r.target.Addr())
+		err = r.createTargetTables(ctx, dst, tables, ddls)
+		sp.mark("tables")
 		return err
+	}()
+	tgtDur := time.Since(tgtStart)
+	if tgtErr != nil {
+		stopSource()
 	}
+	<-srcDone
+	sp.mark("source_side_wait")
 	sp.fields = append(sp.fields, zap.Duration("source_side", srcDur.Round(time.Millisecond)), zap.Duration("target_side", tgtDur.Round(time.Millisecond)))
+	switch {
+	case tgtErr != nil:
+		_ = snap.Release(ctx) // a slot made meanwhile stays, recorded: the next setup drops it
+		return tgtErr
+	case recErr != nil:
+		return recErr
+	case srcErr != nil:
+		return srcErr
+	}
 	r.snapshot = snap
 	r.log.Info("slot created", zap.String("slot", name), zap.Stringer("lsn", snap.ConsistentLSN))
 	if err := r.e.cat.SetProgress(ctx, m.ID, 0, 0, snap.ConsistentLSN.String(), ""); err != nil {
@@ -157,24 +194,17 @@ func (r *run) createTargetTables(ctx context.Context, dst *pgx.Conn, tables []pg
 // createPublicationAndSlot creates the publication on the source (session
 // src), waits for the move's turn to copy, and creates the slot with its
 // exported snapshot.
-func (r *run) createPublicationAndSlot(ctx context.Context, src *pgx.Conn, name string, tables []pgx.Identifier, sp *splits) (*replication.Snapshot, error) {
+func (r *run) createPublicationAndSlot(ctx context.Context, src *pgx.Conn, name string, tables []pgx.Identifier) (*replication.Snapshot, error) {
 	if err := replication.CreatePublication(ctx, src, name, tables); err != nil {
 		return nil, err
 	}
-	sp.mark("publication")
 	// The copy stage begins with the slot: its snapshot is held open and
 	// the slot retains WAL until the copy is done, so a move waits for its
 	// turn before creating it.
 	if err := r.holdCopySlot(ctx); err != nil {
 		return nil, err
 	}
-	sp.mark("copy_turn")
-	snap, err := replication.CreateSlot(ctx, r.e.dsn(r.source), name)
-	if err != nil {
-		return nil, err
-	}
-	sp.mark("slot")
-	return snap, nil
+	return replication.CreateSlot(ctx, r.e.dsn(r.source), name)
 }
 
 // addCleanups records, before setup creates anything, every artifact it
