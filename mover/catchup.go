@@ -90,8 +90,6 @@ func (r *run) catchUp(ctx context.Context, m metadata.Move) error {
 		return err
 	}
 	defer src.Close(context.WithoutCancel(ctx))
-	tick := time.NewTicker(100 * time.Millisecond)
-	defer tick.Stop()
 	lastSave := time.Now()
 	for {
 		if err := r.streamErr(); err != nil {
@@ -130,10 +128,34 @@ func (r *run) catchUp(ctx context.Context, m metadata.Move) error {
 			_ = r.e.cat.SetProgress(ctx, m.ID, m.BytesCopied, m.BytesTotal, "", processed.String())
 			return r.changePhase(ctx, m, CatchingUp, Cutover, stepped, fmt.Sprintf("lag %d bytes, %s%s", lagBytes, lag.Round(time.Millisecond), r.verified), "")
 		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-tick.C:
+		if err := r.awaitCatchUp(ctx, head, processed); err != nil {
+			return err
 		}
 	}
+}
+
+// catchUpPoll bounds one wait of catchUp: the lag is measured again at
+// least this often.
+const catchUpPoll = 100 * time.Millisecond
+
+// awaitCatchUp waits, up to catchUpPoll, for the applier to come within
+// the cutover's byte gate of head, the source's insert position just read:
+// it returns as soon as the applier gets there rather than at the next
+// tick. When it is there already (only the time lag is too high), it waits
+// out the poll.
+func (r *run) awaitCatchUp(ctx context.Context, head, processed pglogrepl.LSN) error {
+	target := head
+	if gate := pglogrepl.LSN(r.e.cfg.CutoverMaxLagBytes); head > gate {
+		target = head - gate
+	}
+	wctx, cancel := context.WithTimeout(ctx, catchUpPoll)
+	defer cancel()
+	if processed > 0 && processed >= target {
+		<-wctx.Done()
+	} else {
+		// An error here is the poll running out or the applier stopping;
+		// the next turn reads the latter from streamErr.
+		_ = r.stream.WaitFor(wctx, target)
+	}
+	return ctx.Err()
 }
