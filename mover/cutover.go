@@ -73,6 +73,18 @@ func (r *run) cutover(ctx context.Context, m metadata.Move) error {
 		return err
 	}
 	defer dst.Close(context.WithoutCancel(ctx))
+	// The first definitions read on a session plans its catalog queries
+	// (tens of milliseconds); later reads reuse the plans. Both sessions
+	// read once now, so that the read inside the pause is quick. Only a
+	// warm-up: a failure shows again, and counts, inside the attempt.
+	tables := shardIdents(m)
+	warm := make(chan struct{})
+	go func() {
+		defer close(warm)
+		_, _ = metadata.ReadTablesDDL(ctx, dst, tables)
+	}()
+	_, _ = metadata.ReadTablesDDL(ctx, src, tables)
+	<-warm
 	// On Citus, one on every other metadata node.
 	cc, err := r.openCitus(ctx)
 	if err != nil {
@@ -342,24 +354,22 @@ func (e *errDefinitionChanged) Error() string { return e.msg }
 // the target transaction dtx, what finishes the target's identity columns
 // (the source's kind and sequence position, read under the lock).
 func (r *run) compareDefinitions(ctx context.Context, m metadata.Move, tx, dtx pgx.Tx) error {
-	// Both sides are read at once (two sessions): this runs inside the
-	// write pause.
+	// Both sides are read at once (two sessions), each in one batch for
+	// the whole group: this runs inside the write pause.
 	tables := shardIdents(m)
-	want := make([]metadata.TableDDL, len(tables))
-	got := make([]metadata.TableDDL, len(tables))
-	read := func(q pgx.Tx, into []metadata.TableDDL, side string) error {
-		for i, t := range tables {
-			d, err := metadata.ReadTableDDL(ctx, q, t)
-			if err != nil {
-				return fmt.Errorf("read the definition of %s on the %s: %w", t.Sanitize(), side, err)
-			}
-			into[i] = d
-		}
-		return nil
-	}
+	var got []metadata.TableDDL
 	tgtErr := make(chan error, 1)
-	go func() { tgtErr <- read(dtx, got, "target") }()
-	srcErr := read(tx, want, "source")
+	go func() {
+		var err error
+		if got, err = metadata.ReadTablesDDL(ctx, dtx, tables); err != nil {
+			err = fmt.Errorf("read the group's definitions on the target: %w", err)
+		}
+		tgtErr <- err
+	}()
+	want, srcErr := metadata.ReadTablesDDL(ctx, tx, tables)
+	if srcErr != nil {
+		srcErr = fmt.Errorf("read the group's definitions on the source: %w", srcErr)
+	}
 	if err := errors.Join(srcErr, <-tgtErr); err != nil {
 		return err
 	}
