@@ -81,7 +81,11 @@
 //     are grouped into one target transaction up to BatchBytes and
 //     BatchDelay, in commit order. Apply is full duplex: one goroutine
 //     reads and decodes the stream while another executes the previous
-//     round trip on the target. Within a target transaction, changes to
+//     round trip on the target. The reading side takes in many walsender
+//     messages per read: after a read that drained the socket it waits
+//     1 ms before the next (a read of 32 KB or more goes on at once), so a
+//     message waits at most 1 ms, and Insert, Update and Delete messages
+//     are decoded from one copy of the message (decodeChange). Within a target transaction, changes to
 //     distinct rows are regrouped into multi-row statements (INSERT ...
 //     SELECT / UPDATE ... FROM / DELETE ... USING over unnest()ed text
 //     arrays, each value still cast through its type's input function).
