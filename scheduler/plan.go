@@ -229,8 +229,9 @@ func BuildInput(st metadata.Status, o PlanOptions) (planner.Input, error) {
 // avoidOldCopies keeps each group off the nodes that still hold an old
 // copy of it (metadata.StatusGroup.OldCopyNodes): a move there is refused
 // until `shardmover cleanup` drops the copy. Only balancing is steered
-// this way: a group on a node that must be emptied, or pinned only to such nodes, must
-// move all the same, and its move's refusal says to run cleanup first.
+// this way: a group on a node that must be emptied, or pinned only to
+// such nodes, must move all the same, and its move's refusal says to run
+// cleanup first.
 func avoidOldCopies(st metadata.Status, in *planner.Input) {
 	drained := map[int64]bool{}
 	for _, n := range in.Nodes {

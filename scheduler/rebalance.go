@@ -265,7 +265,9 @@ func (r *Runner) runLocked(ctx context.Context, req JobRequest) (JobOutcome, err
 		last, err = r.runOne(ctx, req)
 		if last.Job == nil {
 			if err != nil {
-				err = fmt.Errorf("the moves are done, but measuring again to settle the balance failed: %w", err)
+				// Not the refusal of a request (exit code 2): the job's
+				// moves are done.
+				err = fmt.Errorf("the job's moves are done, but measuring again to settle the balance failed: %v", err)
 			}
 			break
 		}
