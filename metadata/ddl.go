@@ -153,6 +153,21 @@ func ReadTableDDL(ctx context.Context, conn interface {
 	return ds[0], nil
 }
 
+// splitTables gives the schemas, names and quoted names of tables, each
+// of which must be schema-qualified.
+func splitTables(tables []pgx.Identifier) (schemas, names, displays []string, err error) {
+	schemas = make([]string, len(tables))
+	names = make([]string, len(tables))
+	displays = make([]string, len(tables))
+	for i, t := range tables {
+		if len(t) != 2 {
+			return nil, nil, nil, fmt.Errorf("ReadTableDDL needs schema and name, got %d parts", len(t))
+		}
+		schemas[i], names[i], displays[i] = t[0], t[1], t.Sanitize()
+	}
+	return schemas, names, displays, nil
+}
+
 // tablesSQL resolves the tables by schema ($1) and name ($2), two arrays
 // of the same length, without parsing: one row (i, oid) per table that
 // exists, i its 1-based position in the arrays.
@@ -195,14 +210,9 @@ func ReadTablesDDL(ctx context.Context, conn interface {
 	if len(tables) == 0 {
 		return nil, nil
 	}
-	schemas := make([]string, len(tables))
-	names := make([]string, len(tables))
-	displays := make([]string, len(tables))
-	for i, t := range tables {
-		if len(t) != 2 {
-			return nil, fmt.Errorf("ReadTableDDL needs schema and name, got %d parts", len(t))
-		}
-		schemas[i], names[i], displays[i] = t[0], t[1], t.Sanitize()
+	schemas, names, displays, err := splitTables(tables)
+	if err != nil {
+		return nil, err
 	}
 	display := strings.Join(displays, ", ")
 	out := make([]TableDDL, len(tables))
@@ -296,7 +306,7 @@ func ReadTablesDDL(ctx context.Context, conn interface {
 		name   string
 	}
 	var seqs []seqRef
-	err := func() error {
+	err = func() error {
 		res := conn.SendBatch(ctx, b)
 		defer res.Close()
 		if _, err := res.Exec(); err != nil {

@@ -20,14 +20,9 @@ func ReadTablesPrivileges(ctx context.Context, conn interface {
 	if len(tables) == 0 {
 		return nil, nil
 	}
-	schemas := make([]string, len(tables))
-	names := make([]string, len(tables))
-	displays := make([]string, len(tables))
-	for i, t := range tables {
-		if len(t) != 2 {
-			return nil, fmt.Errorf("ReadTableDDL needs schema and name, got %d parts", len(t))
-		}
-		schemas[i], names[i], displays[i] = t[0], t[1], t.Sanitize()
+	schemas, names, displays, err := splitTables(tables)
+	if err != nil {
+		return nil, err
 	}
 	out := make([]TableDDL, len(tables))
 	found := make([]bool, len(tables))
@@ -40,7 +35,7 @@ func ReadTablesPrivileges(ctx context.Context, conn interface {
 		FROM t JOIN pg_catalog.pg_class c ON c.oid = t.oid
 		ORDER BY t.i`, schemas, names)
 	b.Queue(tablesGrantsSQL, schemas, names)
-	err := func() error {
+	err = func() error {
 		res := conn.SendBatch(ctx, b)
 		defer res.Close()
 		rows, err := res.Query()
