@@ -77,14 +77,19 @@ func (r *run) cutover(ctx context.Context, m metadata.Move) error {
 	// (tens of milliseconds); later reads reuse the plans. Both sessions
 	// read once now, so that the read inside the pause is quick. Only a
 	// warm-up: a failure shows again, and counts, inside the attempt.
+	// Bounded, so that a lost reply cannot hold the cutover here (a
+	// cancelled read closes its session, and the attempt then fails and
+	// is retried).
 	tables := shardIdents(m)
+	wctx, cancelWarm := context.WithTimeout(ctx, 5*time.Second)
 	warm := make(chan struct{})
 	go func() {
 		defer close(warm)
-		_, _ = metadata.ReadTablesDDL(ctx, dst, tables)
+		_, _ = metadata.ReadTablesDDL(wctx, dst, tables)
 	}()
-	_, _ = metadata.ReadTablesDDL(ctx, src, tables)
+	_, _ = metadata.ReadTablesDDL(wctx, src, tables)
 	<-warm
+	cancelWarm()
 	// On Citus, one on every other metadata node.
 	cc, err := r.openCitus(ctx)
 	if err != nil {
