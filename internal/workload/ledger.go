@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -37,39 +38,96 @@ type Ledger struct {
 
 	mu   sync.Mutex
 	rows map[Key]*RowState
+	// hist keeps every write to each row, acknowledged or in doubt, so
+	// that a violation can name them (when, through which node, how many
+	// rows the statement found).
+	hist map[Key][]Write
 
 	Inserts, Updates, Deletes int64
 	InDoubt                   int64
 }
 
 // NewLedger returns an empty ledger.
-func NewLedger() *Ledger { return &Ledger{rows: map[Key]*RowState{}} }
+func NewLedger() *Ledger { return &Ledger{rows: map[Key]*RowState{}, hist: map[Key][]Write{}} }
 
-func (l *Ledger) ackInsert(k Key) {
+// Write is one write of the workload to one row, as its client saw it.
+type Write struct {
+	Op         string // insert, update or delete
+	Rev        int64  // the rev an update set
+	Start, End time.Time
+	// Via is the node the client sent the statement to, and the relation
+	// it named.
+	Via string
+	// Affected is the row count the server reported; -1 when the outcome
+	// is unknown (the write is in doubt).
+	Affected int64
+}
+
+func (w Write) String() string {
+	op := w.Op
+	if w.Op == "update" {
+		op = fmt.Sprintf("update to rev %d", w.Rev)
+	}
+	out := "acknowledged"
+	if w.Affected < 0 {
+		out = "in doubt"
+	} else {
+		out += fmt.Sprintf(", %d row(s)", w.Affected)
+	}
+	return fmt.Sprintf("%s %s-%s via %s (%s)", op, w.Start.UTC().Format("15:04:05.000000"), w.End.UTC().Format("15:04:05.000000"), w.Via, out)
+}
+
+func (l *Ledger) note(k Key, w Write) {
+	if l.hist != nil {
+		l.hist[k] = append(l.hist[k], w)
+	}
+}
+
+// History describes every write the run made to row k, in order.
+func (l *Ledger) History(k Key) string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	ws := l.hist[k]
+	if len(ws) == 0 {
+		return "no write recorded"
+	}
+	parts := make([]string, len(ws))
+	for i, w := range ws {
+		parts[i] = w.String()
+	}
+	return strings.Join(parts, "; ")
+}
+
+func (l *Ledger) ackInsert(k Key, w Write) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.rows[k] = &RowState{Present: true}
+	l.note(k, w)
 	l.Inserts++
 }
 
-func (l *Ledger) ackUpdate(k Key, rev int64) {
+func (l *Ledger) ackUpdate(k Key, rev int64, w Write) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.rows[k].Rev = rev
+	l.note(k, w)
 	l.Updates++
 }
 
-func (l *Ledger) ackDelete(k Key) {
+func (l *Ledger) ackDelete(k Key, w Write) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.rows[k].Present = false
+	l.note(k, w)
 	l.Deletes++
 }
 
 // doubt records a write with unknown outcome.
-func (l *Ledger) doubt(k Key, present bool, rev int64) {
+func (l *Ledger) doubt(k Key, present bool, rev int64, w Write) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	w.Affected = -1
+	l.note(k, w)
 	s, ok := l.rows[k]
 	if !ok {
 		s = &RowState{Present: false}
@@ -189,16 +247,19 @@ func Check(ctx context.Context, r *Router, l *Ledger) (Verdict, error) {
 			continue
 		}
 		v.BadKeys = append(v.BadKeys, k)
+		hist := l.History(k)
 		switch {
 		case want.Present && !present:
 			v.Lost++
-			v.violate("acknowledged row %v (rev %d) is missing from shard %d", k, want.Rev, shardOf(cl, t, k.UserID))
+			v.violate("acknowledged row %v (rev %d) is missing from shard %d; its writes: %s", k, want.Rev, shardOf(cl, t, k.UserID), hist)
 		case !want.Present && present:
 			v.Resurrected++
-			v.violate("acknowledged delete of %v, but the row is present in shard %d (rev %d)", k, got.shard, got.rev)
+			v.violate("acknowledged delete of %v, but the row is present in shard %d on %s (rev %d); its writes: %s",
+				k, got.shard, placementNode(cl, got.shard), got.rev, hist)
 		default:
 			v.WrongValue++
-			v.violate("row %v in shard %d has rev %d, the last acknowledged update set %d", k, got.shard, got.rev, want.Rev)
+			v.violate("row %v in shard %d on %s has rev %d, the last acknowledged update set %d; its writes: %s",
+				k, got.shard, placementNode(cl, got.shard), got.rev, want.Rev, hist)
 		}
 	}
 	for k := range found {

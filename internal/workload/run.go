@@ -290,9 +290,10 @@ func (c *client) insert(ctx context.Context) {
 			e.Values()...)
 		return err
 	})
-	if c.done(ctx, "insert", start, via, err, k, true, 0) {
+	w := c.write("insert", 0, start, via, 1)
+	if c.done(ctx, "insert", start, via, err, k, true, 0, w) {
 		c.record("insert", start, via)
-		c.l.ackInsert(k)
+		c.l.ackInsert(k, w)
 		c.live = append(c.live, k)
 		c.revs[k] = 0
 	}
@@ -312,7 +313,8 @@ func (c *client) update(ctx context.Context) {
 		affected = tag.RowsAffected()
 		return err
 	})
-	if c.done(ctx, "update", start, via, err, k, true, rev) {
+	w := c.write("update", rev, start, via, affected)
+	if c.done(ctx, "update", start, via, err, k, true, rev, w) {
 		c.record("update", start, via)
 		if affected != 1 {
 			// The row the ledger says exists was not there: keep the ledger
@@ -322,7 +324,7 @@ func (c *client) update(ctx context.Context) {
 			c.forget(i)
 			return
 		}
-		c.l.ackUpdate(k, rev)
+		c.l.ackUpdate(k, rev, w)
 		c.revs[k] = rev
 	} else {
 		c.forget(i)
@@ -334,16 +336,39 @@ func (c *client) delete(ctx context.Context) {
 	k := c.live[i]
 	start := time.Now()
 	var via Target
+	var affected int64
 	err := c.r.do(ctx, c.id, EventsTable, k.UserID, func(ctx context.Context, t Target) error {
 		via = t
-		_, err := t.Pool.Exec(ctx, "DELETE FROM "+t.Rel.Sanitize()+" WHERE user_id = $1 AND event_id = $2", k.UserID, k.EventID)
+		tag, err := t.Pool.Exec(ctx, "DELETE FROM "+t.Rel.Sanitize()+" WHERE user_id = $1 AND event_id = $2", k.UserID, k.EventID)
+		affected = tag.RowsAffected()
 		return err
 	})
-	if c.done(ctx, "delete", start, via, err, k, false, 0) {
+	w := c.write("delete", 0, start, via, affected)
+	if c.done(ctx, "delete", start, via, err, k, false, 0, w) {
 		c.record("delete", start, via)
-		c.l.ackDelete(k)
+		c.l.ackDelete(k, w)
+		if affected != 1 {
+			// The row the ledger says exists was not there (or was
+			// there twice): the delete is recorded as acknowledged, and
+			// the run reports the error.
+			c.errs["delete_missing_row"]++
+			c.detail(start, "delete", k, via, fmt.Errorf("delete_missing_row: the DELETE found %d rows", affected))
+		}
 	}
 	c.forget(i)
+}
+
+// write describes a statement of this client for the ledger's history.
+func (c *client) write(op string, rev int64, start time.Time, via Target, affected int64) Write {
+	return Write{Op: op, Rev: rev, Start: start, End: time.Now(), Via: fmt.Sprintf("client %d to %s", c.id, viaName(via)), Affected: affected}
+}
+
+// viaName names the node and relation a statement was sent to.
+func viaName(via Target) string {
+	if via.Pool == nil {
+		return "?"
+	}
+	return via.Node.Addr() + " " + via.Rel.Sanitize()
 }
 
 // detail describes one error for RunResult.Details (the first few only).
@@ -351,12 +376,8 @@ func (c *client) detail(at time.Time, op string, k Key, via Target, err error) {
 	if len(c.details) >= maxDetails {
 		return
 	}
-	node := "?"
-	if via.Pool != nil {
-		node = via.Node.Addr() + " " + via.Rel.Sanitize()
-	}
 	c.details = append(c.details, fmt.Sprintf("%s client %d %s user_id=%d event_id=%d via %s: %v",
-		at.UTC().Format("15:04:05.000000"), c.id, op, k.UserID, k.EventID, node, err))
+		at.UTC().Format("15:04:05.000000"), c.id, op, k.UserID, k.EventID, viaName(via), err))
 }
 
 func (c *client) forget(i int) {
@@ -368,13 +389,13 @@ func (c *client) forget(i int) {
 
 // done interprets a write's error: true when acknowledged. An error that
 // may have come after the server committed makes the row in doubt.
-func (c *client) done(ctx context.Context, op string, start time.Time, via Target, err error, k Key, present bool, rev int64) bool {
+func (c *client) done(ctx context.Context, op string, start time.Time, via Target, err error, k Key, present bool, rev int64, w Write) bool {
 	if err == nil {
 		return true
 	}
 	if ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
 		// Stopped mid-write: the outcome is unknown.
-		c.l.doubt(k, present, rev)
+		c.l.doubt(k, present, rev, w)
 		return false
 	}
 	c.errs[classify(err)]++
@@ -384,7 +405,7 @@ func (c *client) done(ctx context.Context, op string, start time.Time, via Targe
 		inDoubt = sentThroughCitus
 	}
 	if inDoubt(err) {
-		c.l.doubt(k, present, rev)
+		c.l.doubt(k, present, rev, w)
 	}
 	return false
 }
