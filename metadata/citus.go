@@ -80,6 +80,31 @@ func MetadataNodes(nodes []Node) []Node {
 	return out
 }
 
+// LockDistributedTables takes EXCLUSIVE locks, on the node q runs on and
+// until q's transaction ends, on the distributed tables the shards ids
+// belong to (as that node's metadata names them), not on their shards:
+// every write to those tables entering Citus on that node waits before it
+// takes its snapshot, since the table lock is taken while the statement is
+// parsed. Citus's metadata lock (LockShardMetadata) is taken in the
+// executor, after the snapshot, so a write that waited on it alone runs
+// with the snapshot it took before: on a move's target, where it runs
+// locally once the placements flip, that snapshot may predate the last
+// changes the applier committed there, and its UPDATE or DELETE would miss
+// rows the source had long acknowledged. Take it on the target, inside the
+// transaction that then takes the metadata lock, before that lock (in
+// pg_class order: two cutovers onto one node lock alike). The lock is
+// local (Citus's function, not LOCK TABLE, which Citus sends to every
+// node); it needs the privileges LOCK TABLE ... IN EXCLUSIVE MODE needs.
+func LockDistributedTables(ctx context.Context, q Querier, ids []int64) error {
+	if _, err := q.Exec(ctx, `SELECT pg_catalog.lock_relation_if_exists(format('%I.%I', n.nspname, c.relname), 'EXCLUSIVE')
+		FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+		WHERE c.oid IN (SELECT logicalrelid FROM pg_catalog.pg_dist_shard WHERE shardid = ANY($1))
+		ORDER BY c.oid`, ids); err != nil {
+		return fmt.Errorf("lock the distributed tables of shards %v: %w", ids, err)
+	}
+	return nil
+}
+
 // LockShardMetadata blocks Citus-routed writes to the shard groups of ids
 // from the session q runs on, until its transaction ends: Citus's router
 // and COPY take ShareLock on each shard's metadata lock before they

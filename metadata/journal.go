@@ -598,7 +598,7 @@ type CutoverFlip struct {
 // COMMIT, or its reply is late) is returned as is; the caller must then
 // settle the outcome with SettleDecision, never with a plain read.
 func (c *Catalog) CommitCutover(ctx context.Context, f CutoverFlip) error {
-	d, err := c.BeginDecision(ctx, f.MoveID, nil, 0)
+	d, err := c.BeginDecision(ctx, f.MoveID, nil, 0, false)
 	if err != nil {
 		return err
 	}
@@ -630,8 +630,10 @@ type Decision struct {
 // bound): a Citus cutover opens its decision first, before the metadata
 // locks on the workers and the source table lock, and keeps it open
 // through the pause, so that the coordinator's lock is released only when
-// the placements it guards have flipped.
-func (c *Catalog) BeginDecision(ctx context.Context, id int64, lockIDs []int64, lockWait time.Duration) (_ *Decision, err error) {
+// the placements it guards have flipped. With lockTables (the coordinator
+// is the move's target) it first locks their distributed tables too
+// (LockDistributedTables).
+func (c *Catalog) BeginDecision(ctx context.Context, id int64, lockIDs []int64, lockWait time.Duration, lockTables bool) (_ *Decision, err error) {
 	conn, err := c.pool.Acquire(ctx)
 	if err != nil {
 		return nil, err
@@ -653,6 +655,11 @@ func (c *Catalog) BeginDecision(ctx context.Context, id int64, lockIDs []int64, 
 	}
 	if lockWait > 0 {
 		if _, err := d.tx.Exec(ctx, "SELECT set_config('lock_timeout', $1, true)", fmt.Sprintf("%dms", lockWait.Milliseconds())); err != nil {
+			return nil, err
+		}
+	}
+	if lockTables {
+		if err := LockDistributedTables(ctx, d.tx, lockIDs); err != nil {
 			return nil, err
 		}
 	}

@@ -94,6 +94,10 @@ func (cc *citusCutover) close(ctx context.Context) {
 // metadata node, in group order, after the coordinator (the decision
 // holds its lock) and before the source table lock: on the source inside
 // the fence's transaction src, elsewhere in each part's own transaction.
+// On the target, where such writes run locally once the placements flip,
+// they are held before they take their snapshot: its part locks the
+// group's distributed tables before the metadata lock
+// (metadata.LockDistributedTables).
 func (r *run) lockCitusWrites(ctx context.Context, m metadata.Move, src pgx.Tx, cc *citusCutover, lockTimeout string) error {
 	type step struct {
 		group int32
@@ -112,6 +116,11 @@ func (r *run) lockCitusWrites(ctx context.Context, m metadata.Move, src pgx.Tx, 
 			p.tx = tx
 			if _, err := tx.Exec(ctx, "SELECT set_config('lock_timeout', $1, true)", lockTimeout); err != nil {
 				return err
+			}
+			if p.node.GroupID == m.TargetGroup {
+				if err := metadata.LockDistributedTables(ctx, tx, m.ShardIDs); err != nil {
+					return err
+				}
 			}
 			return metadata.LockShardMetadata(ctx, tx, m.ShardIDs)
 		}})

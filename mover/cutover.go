@@ -157,10 +157,12 @@ func (r *run) tryCutover(ctx context.Context, m metadata.Move, c cutoverConns) e
 	defer sp.log(r.log, "cutover timings")
 	// On Citus, Citus-routed writes are blocked first: the decision opens
 	// now and takes the coordinator's metadata lock, then every metadata
-	// node's, in group order, all before the source table lock.
+	// node's, in group order, all before the source table lock. On the
+	// target, its distributed tables are locked before its metadata lock
+	// (see metadata.LockDistributedTables).
 	var dec *metadata.Decision
 	if c.citus != nil {
-		dec, err = r.e.cat.BeginDecision(preCtx, m.ID, m.ShardIDs, lockWait)
+		dec, err = r.e.cat.BeginDecision(preCtx, m.ID, m.ShardIDs, lockWait, m.TargetGroup == 0)
 		if err != nil {
 			return fmt.Errorf("block Citus writes on the coordinator: %w", err)
 		}

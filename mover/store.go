@@ -40,7 +40,7 @@ type Journal interface {
 	RemoveCleanup(ctx context.Context, id int64) error
 	Cleanups(ctx context.Context, moveID int64) ([]metadata.CleanupRecord, error)
 
-	BeginDecision(ctx context.Context, id int64, lockIDs []int64, lockWait time.Duration) (*metadata.Decision, error)
+	BeginDecision(ctx context.Context, id int64, lockIDs []int64, lockWait time.Duration, lockTables bool) (*metadata.Decision, error)
 	CommitCutover(ctx context.Context, f metadata.CutoverFlip) error
 	SettleDecision(ctx context.Context, id int64) (metadata.Settlement, error)
 }
