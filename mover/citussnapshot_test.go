@@ -30,10 +30,30 @@ import (
 // stayed.)
 //
 // The target is a new worker (its part of the cutover locks the tables),
-// then the coordinator (the decision does).
+// then the coordinator (the decision does). The groups also hold a shard of
+// a table whose schema and name are hostile (the lock names the tables).
 func TestCitusTargetEntryWritesAtCutover(t *testing.T) {
 	ctx := context.Background()
 	c := newCitusCluster(t, 4, 50, 400)
+	const hostile = `"we.ird"."Ev""il'); DROP TABLE github_users; --"`
+	for _, stmt := range []string{
+		`CREATE SCHEMA "we.ird"`,
+		`CREATE TABLE ` + hostile + ` (user_id bigint PRIMARY KEY, note char(7) NOT NULL)`,
+		`SELECT create_distributed_table($$` + hostile + `$$, 'user_id', colocate_with => 'github_events')`,
+		`INSERT INTO ` + hostile + ` SELECT g, 'n' || g FROM generate_series(1, 500) g`,
+	} {
+		_, err := c.cat.Pool().Exec(ctx, stmt)
+		require.NoError(t, err, stmt)
+	}
+	t.Cleanup(func() {
+		var rows, octets int
+		require.NoError(t, c.cat.Pool().QueryRow(ctx, `SELECT count(*), sum(octet_length(note)) FROM `+hostile).Scan(&rows, &octets))
+		assert.Equal(t, 500, rows, "the hostile table's rows after the moves")
+		assert.Equal(t, 500*7, octets, "char(7) values keep their padding")
+		var users int
+		require.NoError(t, c.cat.Pool().QueryRow(ctx, `SELECT count(*) FROM github_users`).Scan(&users))
+		assert.Positive(t, users)
+	})
 	t.Run("worker", func(t *testing.T) {
 		targetEntryWrites(t, c, citusGroup(t, c, workload.EventsTable, 0), c.newNode(t))
 	})
