@@ -21,7 +21,9 @@ package scheduler_test
 // (shards that changed node, sized by citus_shards before the rebalance),
 // data_MB (all github shards), max_write_ms and p99_write_ms (acknowledged
 // writes started during the rebalance), writes/s_during and writes/s_before
-// (the 5 s before it), throughput_fraction (writes/s_during over
+// (the 5 s before it, after 5 s of warm-up), before_drift (the second half
+// of those 5 s over the first: near 1 when the rate before was steady),
+// throughput_fraction (writes/s_during over
 // writes/s_before; the target is at least 0.8), moved_MB/s (moved_MB over
 // wall_s), errors (writes the workload saw fail),
 // max_cutover_ms (shardmover only: its longest cutover write pause, as it
@@ -61,6 +63,13 @@ const benchStrategyEnv = "SHARDMOVER_BENCH_CITUS_STRATEGY"
 // disk (heap, TOAST, primary key and event_type index), to turn MB into
 // a row count (15 MB of events measured 20.9 MB at 1400).
 const benchEventBytes = 1900
+
+// benchWarmUp is how long the workload runs before the rate it is
+// compared with is measured (over benchBefore).
+const (
+	benchWarmUp = 5 * time.Second
+	benchBefore = 5 * time.Second
+)
 
 func BenchmarkCitusRebalance(b *testing.B) {
 	mb := 150
@@ -118,8 +127,14 @@ func BenchmarkCitusRebalance(b *testing.B) {
 					dataBytes += n
 				}
 				bg := citusWorkload(env.r, 8, users, 0)
+				// A fresh cluster's write rate climbs for a few seconds (Citus's
+				// connections and caches, plans, the buffer cache): measured
+				// from the workload's start, the rate before was half of what
+				// it became (and differed twofold between the two sides'
+				// clusters). So 5 s of warm-up, then 5 s measured.
+				time.Sleep(benchWarmUp)
 				warm := time.Now()
-				time.Sleep(5 * time.Second)
+				time.Sleep(benchBefore)
 
 				start := time.Now()
 				b.StartTimer()
@@ -136,14 +151,23 @@ func BenchmarkCitusRebalance(b *testing.B) {
 					`SELECT count(*) FROM get_rebalance_table_shards_plan(rebalance_strategy := $1)`, strategy).Scan(&planMoves))
 
 				var during []time.Duration
-				var beforeN int
+				var beforeN, beforeLate int
+				half := warm.Add(start.Sub(warm) / 2)
 				for _, l := range res.Latencies {
 					switch {
 					case !l.At.Before(start) && l.At.Before(end):
 						during = append(during, l.Dur)
 					case l.At.After(warm) && l.At.Before(start):
 						beforeN++
+						if !l.At.Before(half) {
+							beforeLate++
+						}
 					}
+				}
+				if early := beforeN - beforeLate; early > 0 {
+					// Above 1: the rate was still climbing when the
+					// rebalance began, and the fraction reads low.
+					b.ReportMetric(float64(beforeLate)/float64(early), "before_drift")
 				}
 				sort.Slice(during, func(i, j int) bool { return during[i] > during[j] })
 				var maxLat time.Duration
