@@ -80,27 +80,55 @@ func MetadataNodes(nodes []Node) []Node {
 	return out
 }
 
-// LockDistributedTables takes EXCLUSIVE locks, on the node q runs on and
-// until q's transaction ends, on the distributed tables the shards ids
-// belong to (as that node's metadata names them), not on their shards:
-// every write to those tables entering Citus on that node waits before it
-// takes its snapshot, since the table lock is taken while the statement is
-// parsed. Citus's metadata lock (LockShardMetadata) is taken in the
-// executor, after the snapshot, so a write that waited on it alone runs
-// with the snapshot it took before: on a move's target, where it runs
-// locally once the placements flip, that snapshot may predate the last
-// changes the applier committed there, and its UPDATE or DELETE would miss
-// rows the source had long acknowledged. Take it on the target, inside the
-// transaction that then takes the metadata lock, before that lock (in
-// pg_class order: two cutovers onto one node lock alike). The lock is
-// local (Citus's function, not LOCK TABLE, which Citus sends to every
-// node); it needs the privileges LOCK TABLE ... IN EXCLUSIVE MODE needs.
-func LockDistributedTables(ctx context.Context, q Querier, ids []int64) error {
-	if _, err := q.Exec(ctx, `SELECT pg_catalog.lock_relation_if_exists(format('%I.%I', n.nspname, c.relname), 'EXCLUSIVE')
-		FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
-		WHERE c.oid IN (SELECT logicalrelid FROM pg_catalog.pg_dist_shard WHERE shardid = ANY($1))
-		ORDER BY c.oid`, ids); err != nil {
-		return fmt.Errorf("lock the distributed tables of shards %v: %w", ids, err)
+// lockTablesSQL takes EXCLUSIVE locks, on the node it runs on and until
+// its transaction ends, on the distributed tables the shards $1 belong to
+// (as that node's metadata names them), not on their shards: every write to
+// those tables entering Citus on that node then waits before it takes its
+// snapshot, since the table lock is taken while the statement is parsed.
+// Citus's metadata lock (LockShardMetadata) is taken in the executor,
+// after the snapshot, so a write that waited on it alone runs with the
+// snapshot it took before: on a move's target, where it runs locally once
+// the placements flip, that snapshot may predate the last changes the
+// applier committed there, and its UPDATE or DELETE would miss rows the
+// source had long acknowledged. It runs on the target, in the transaction
+// that then takes the metadata lock, before that lock (in pg_class order:
+// two cutovers onto one node lock alike). The lock is local (Citus's
+// function, not LOCK TABLE, which Citus sends to every node); it needs the
+// privileges LOCK TABLE ... IN EXCLUSIVE MODE needs. Names go to Citus's
+// function as values (format's %I), never into SQL text.
+const lockTablesSQL = `SELECT pg_catalog.lock_relation_if_exists(format('%I.%I', n.nspname, c.relname), 'EXCLUSIVE')
+	FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+	WHERE c.oid IN (SELECT logicalrelid FROM pg_catalog.pg_dist_shard WHERE shardid = ANY($1))
+	ORDER BY c.oid`
+
+const lockMetadataSQL = "SELECT lock_shard_metadata($1, $2::bigint[])"
+
+// BlockCitusWrites is, in one round trip inside tx, what a cutover does on
+// a metadata node at the start of its pause: sets lockTimeout (unless
+// empty) for the transaction, locks the distributed tables of ids when
+// lockTables (the node is the move's target; see lockTablesSQL), then
+// takes their metadata lock (LockShardMetadata). Any failure aborts tx.
+func BlockCitusWrites(ctx context.Context, tx pgx.Tx, ids []int64, lockTimeout string, lockTables bool) error {
+	return blockCitusWrites(ctx, tx, ids, lockTimeout, lockTables, false)
+}
+
+// blockCitusWrites is BlockCitusWrites; with resetTimeout the transaction's
+// lock_timeout goes back to the session's afterwards (the decision's later
+// statements wait as long as they must).
+func blockCitusWrites(ctx context.Context, tx pgx.Tx, ids []int64, lockTimeout string, lockTables, resetTimeout bool) error {
+	b := &pgx.Batch{}
+	if lockTimeout != "" {
+		b.Queue("SELECT set_config('lock_timeout', $1, true)", lockTimeout)
+	}
+	if lockTables {
+		b.Queue(lockTablesSQL, ids)
+	}
+	b.Queue(lockMetadataSQL, citusExclusiveLock, ids)
+	if resetTimeout && lockTimeout != "" {
+		b.Queue("SET LOCAL lock_timeout TO DEFAULT")
+	}
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return fmt.Errorf("block Citus writes to shards %v: %w", ids, err)
 	}
 	return nil
 }
@@ -114,7 +142,7 @@ func LockDistributedTables(ctx context.Context, q Querier, ids []int64) error {
 // group order (coordinator first), always before the source table lock,
 // so that two movers cannot deadlock.
 func LockShardMetadata(ctx context.Context, q Querier, ids []int64) error {
-	if _, err := q.Exec(ctx, "SELECT lock_shard_metadata($1, $2::bigint[])", citusExclusiveLock, ids); err != nil {
+	if _, err := q.Exec(ctx, lockMetadataSQL, citusExclusiveLock, ids); err != nil {
 		return fmt.Errorf("lock the Citus metadata of shards %v: %w", ids, err)
 	}
 	return nil

@@ -592,13 +592,13 @@ type CutoverFlip struct {
 // transaction it points every shard's placement at the target group, marks
 // the move cutover_committed (phase cutover -> cleanup), and records the
 // deferred drop of the old shards. Committing it is the decision. It is
-// BeginDecision followed by Decision.Commit.
+// OpenDecision followed by Decision.Commit.
 //
 // An error that leaves the outcome unknown (the connection broke during
 // COMMIT, or its reply is late) is returned as is; the caller must then
 // settle the outcome with SettleDecision, never with a plain read.
 func (c *Catalog) CommitCutover(ctx context.Context, f CutoverFlip) error {
-	d, err := c.BeginDecision(ctx, f.MoveID, nil, 0, false)
+	d, err := c.OpenDecision(ctx, f.MoveID)
 	if err != nil {
 		return err
 	}
@@ -612,7 +612,7 @@ func (c *Catalog) CommitCutover(ctx context.Context, f CutoverFlip) error {
 var ErrPlacementMoved = errors.New("the shard group is no longer on the move's source")
 
 // Decision is a move's decision transaction on the coordinator, open from
-// BeginDecision until Commit or Close.
+// OpenDecision until Commit or Close.
 type Decision struct {
 	c    *Catalog
 	conn *pgxpool.Conn
@@ -621,19 +621,11 @@ type Decision struct {
 	done bool
 }
 
-// BeginDecision opens move id's decision transaction. It names itself
+// OpenDecision opens move id's decision transaction. It names itself
 // (application_name decisionName(id)) before anything else, so that
-// SettleDecision can end it if it is still in flight.
-//
-// On Citus it also blocks Citus-routed writes from the coordinator to the
-// shards lockIDs (LockShardMetadata), waiting at most lockWait (0: no
-// bound): a Citus cutover opens its decision first, before the metadata
-// locks on the workers and the source table lock, and keeps it open
-// through the pause, so that the coordinator's lock is released only when
-// the placements it guards have flipped. With lockTables (the coordinator
-// is the move's target) it first locks their distributed tables too
-// (LockDistributedTables).
-func (c *Catalog) BeginDecision(ctx context.Context, id int64, lockIDs []int64, lockWait time.Duration, lockTables bool) (_ *Decision, err error) {
+// SettleDecision can end it if it is still in flight. It locks nothing: a
+// cutover opens it before its write pause.
+func (c *Catalog) OpenDecision(ctx context.Context, id int64) (_ *Decision, err error) {
 	conn, err := c.pool.Acquire(ctx)
 	if err != nil {
 		return nil, err
@@ -650,26 +642,27 @@ func (c *Catalog) BeginDecision(ctx context.Context, id int64, lockIDs []int64, 
 	if _, err := d.tx.Exec(ctx, "SELECT set_config('application_name', $1, true)", decisionName(id)); err != nil {
 		return nil, err
 	}
-	if c.flavor != Citus || len(lockIDs) == 0 {
-		return d, nil
-	}
-	if lockWait > 0 {
-		if _, err := d.tx.Exec(ctx, "SELECT set_config('lock_timeout', $1, true)", fmt.Sprintf("%dms", lockWait.Milliseconds())); err != nil {
-			return nil, err
-		}
-	}
-	if lockTables {
-		if err := LockDistributedTables(ctx, d.tx, lockIDs); err != nil {
-			return nil, err
-		}
-	}
-	if err := LockShardMetadata(ctx, d.tx, lockIDs); err != nil {
-		return nil, err
-	}
-	if _, err := d.tx.Exec(ctx, "SET LOCAL lock_timeout TO DEFAULT"); err != nil {
-		return nil, err
-	}
 	return d, nil
+}
+
+// BlockWrites, on Citus, blocks Citus-routed writes from the coordinator
+// to the shards lockIDs (LockShardMetadata), waiting at most lockWait (0:
+// no bound), in one round trip: a Citus cutover opens its decision first,
+// and at the start of its pause takes this lock before the metadata locks
+// on the workers and the source table lock, and keeps the decision open
+// through the pause, so that the coordinator's lock is released only when
+// the placements it guards have flipped. With lockTables (the coordinator
+// is the move's target) it first locks their distributed tables too
+// (see BlockCitusWrites). On compat, or without lockIDs, it does nothing.
+func (d *Decision) BlockWrites(ctx context.Context, lockIDs []int64, lockWait time.Duration, lockTables bool) error {
+	if d.c.flavor != Citus || len(lockIDs) == 0 {
+		return nil
+	}
+	timeout := ""
+	if lockWait > 0 {
+		timeout = fmt.Sprintf("%dms", lockWait.Milliseconds())
+	}
+	return blockCitusWrites(ctx, d.tx, lockIDs, timeout, lockTables, true)
 }
 
 // Close rolls the decision back unless it committed, and returns its

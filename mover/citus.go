@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
 	"sync"
 
 	"github.com/jackc/pgx/v5"
@@ -90,48 +89,52 @@ func (cc *citusCutover) close(ctx context.Context) {
 	}
 }
 
-// lockCitusWrites blocks Citus-routed writes to m's shards on every
-// metadata node, in group order, after the coordinator (the decision
-// holds its lock) and before the source table lock: on the source inside
-// the fence's transaction src, elsewhere in each part's own transaction.
-// On the target, where such writes run locally once the placements flip,
-// they are held before they take their snapshot: its part locks the
-// group's distributed tables before the metadata lock
-// (metadata.LockDistributedTables).
-func (r *run) lockCitusWrites(ctx context.Context, m metadata.Move, src pgx.Tx, cc *citusCutover, lockTimeout string) error {
-	type step struct {
-		group int32
-		lock  func() error
-	}
-	var steps []step
-	if cc.sourceMeta {
-		steps = append(steps, step{r.source.GroupID, func() error { return metadata.LockShardMetadata(ctx, src, m.ShardIDs) }})
-	}
-	for _, p := range cc.parts {
-		steps = append(steps, step{p.node.GroupID, func() error {
-			tx, err := p.conn.Begin(ctx)
-			if err != nil {
-				return err
-			}
-			p.tx = tx
-			if _, err := tx.Exec(ctx, "SELECT set_config('lock_timeout', $1, true)", lockTimeout); err != nil {
-				return err
-			}
-			if p.node.GroupID == m.TargetGroup {
-				if err := metadata.LockDistributedTables(ctx, tx, m.ShardIDs); err != nil {
-					return err
-				}
-			}
-			return metadata.LockShardMetadata(ctx, tx, m.ShardIDs)
-		}})
-	}
-	sort.SliceStable(steps, func(i, j int) bool { return steps[i].group < steps[j].group })
-	for _, s := range steps {
-		if err := s.lock(); err != nil {
-			return fmt.Errorf("block Citus writes on node group %d: %w", s.group, err)
+// begin opens each part's transaction, before the pause (it
+// locks nothing yet), on every part at once.
+func (cc *citusCutover) begin(ctx context.Context) error {
+	return eachPart(cc.parts, func(p *citusPart) error {
+		tx, err := p.conn.Begin(ctx)
+		if err != nil {
+			return fmt.Errorf("begin on %s: %w", p.node.Addr(), err)
 		}
+		p.tx = tx
+		return nil
+	})
+}
+
+// lockCitusWrites blocks Citus-routed writes to m's shards on every
+// metadata node after the coordinator (the decision holds its lock) and
+// before the source table lock: on the source inside the fence's
+// transaction src, elsewhere in each part's own transaction (opened by
+// begin), one round trip each, all nodes at once (each waits for the writes
+// already past its lock). Taking the coordinator's first keeps this free of
+// deadlocks: Citus's own operations take the coordinator's lock first too,
+// and another cutover shares no metadata lock with this one (it moves
+// another group); what two cutovers onto one target share, its distributed
+// tables, is locked in one statement. On the target, where Citus-routed
+// writes run locally once the placements flip, they are held before they
+// take their snapshot: its part locks the group's distributed tables before
+// the metadata lock (metadata.BlockCitusWrites).
+func (r *run) lockCitusWrites(ctx context.Context, m metadata.Move, src pgx.Tx, cc *citusCutover, lockTimeout string) error {
+	var srcErr error
+	var wg sync.WaitGroup
+	if cc.sourceMeta {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := metadata.LockShardMetadata(ctx, src, m.ShardIDs); err != nil {
+				srcErr = fmt.Errorf("block Citus writes on the source %s: %w", r.source.Addr(), err)
+			}
+		}()
 	}
-	return nil
+	err := eachPart(cc.parts, func(p *citusPart) error {
+		if err := metadata.BlockCitusWrites(ctx, p.tx, m.ShardIDs, lockTimeout, p.node.GroupID == m.TargetGroup); err != nil {
+			return fmt.Errorf("block Citus writes on %s: %w", p.node.Addr(), err)
+		}
+		return nil
+	})
+	wg.Wait()
+	return errors.Join(srcErr, err)
 }
 
 // prepareCitusParts flips the placements in every part and prepares it

@@ -99,6 +99,7 @@ func (r *run) cutover(ctx context.Context, m metadata.Move) error {
 	if err := r.startStream(ctx, m); err != nil {
 		return err
 	}
+	r.catchUpBeforePause(ctx, flush)
 
 	err = r.tryCutover(ctx, m, cutoverConns{src: src, flush: flush, dst: dst, citus: cc})
 	switch {
@@ -152,21 +153,30 @@ func (r *run) tryCutover(ctx context.Context, m metadata.Move, c cutoverConns) e
 	if _, err := tx.Exec(preCtx, "SELECT set_config('lock_timeout', $1, true)", lockTimeout); err != nil {
 		return err
 	}
+	// On Citus the decision and every part's transaction open now, before
+	// the pause: they lock nothing yet.
+	var dec *metadata.Decision
+	if c.citus != nil {
+		if dec, err = r.e.cat.OpenDecision(preCtx, m.ID); err != nil {
+			return fmt.Errorf("open the decision on the coordinator: %w", err)
+		}
+		defer dec.Close(ctx)
+		if err := c.citus.begin(preCtx); err != nil {
+			return err
+		}
+	}
 	pauseStart := time.Now()
 	sp := &splits{last: pauseStart}
 	defer sp.log(r.log, "cutover timings")
-	// On Citus, Citus-routed writes are blocked first: the decision opens
-	// now and takes the coordinator's metadata lock, then every metadata
-	// node's, in group order, all before the source table lock. On the
-	// target, its distributed tables are locked before its metadata lock
-	// (see metadata.LockDistributedTables).
-	var dec *metadata.Decision
+	// On Citus, Citus-routed writes are blocked first: the decision takes
+	// the coordinator's metadata lock, then every metadata node's, in
+	// group order, all before the source table lock. On the target, its
+	// distributed tables are locked before its metadata lock (see
+	// metadata.BlockCitusWrites).
 	if c.citus != nil {
-		dec, err = r.e.cat.BeginDecision(preCtx, m.ID, m.ShardIDs, lockWait, m.TargetGroup == 0)
-		if err != nil {
+		if err := dec.BlockWrites(preCtx, m.ShardIDs, lockWait, m.TargetGroup == 0); err != nil {
 			return fmt.Errorf("block Citus writes on the coordinator: %w", err)
 		}
-		defer dec.Close(ctx)
 		if err := r.lockCitusWrites(preCtx, m, tx, c.citus, lockTimeout); err != nil {
 			return err
 		}
@@ -396,6 +406,39 @@ func (r *run) compareDefinitions(ctx context.Context, m metadata.Move, tx, dtx p
 	}
 	return nil
 }
+
+// catchUpBeforePause brings the applier up to the source's current WAL
+// just before the write pause. The source may commit asynchronously (its
+// WAL writer then flushes every wal_writer_delay, 200 ms by default), and
+// the walsender sends only flushed WAL: without this the pause would begin
+// with up to that much WAL unsent and wait, writes blocked, for the applier
+// to take it in. So: read the insert position, flush the WAL up to it, wait
+// for the applier to apply it; again while that wait was long, at most
+// three times. Only a wait, bounded: an error or a timeout leaves the work
+// to the pause, which has its own bounds.
+func (r *run) catchUpBeforePause(ctx context.Context, conn *pgx.Conn) {
+	for range 3 {
+		var text string
+		if err := conn.QueryRow(ctx, "SELECT pg_current_wal_insert_lsn()::text").Scan(&text); err != nil {
+			return
+		}
+		lsn, err := pglogrepl.ParseLSN(text)
+		if err != nil || flushWAL(ctx, conn) != nil {
+			return
+		}
+		start := time.Now()
+		wctx, cancel := context.WithTimeout(ctx, time.Second)
+		err = r.stream.WaitFor(wctx, lsn)
+		cancel()
+		if err != nil || time.Since(start) < caughtUpWait {
+			return
+		}
+	}
+}
+
+// caughtUpWait: an applier that took in the source's flushed WAL within
+// this is as close as it gets before the pause.
+const caughtUpWait = 15 * time.Millisecond
 
 // flushWAL flushes the server's WAL up to a commit record written now, on
 // conn. A commit is flushed only when its transaction wrote WAL of its own

@@ -2,7 +2,6 @@ package mover
 
 import (
 	"context"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -40,7 +39,7 @@ type Journal interface {
 	RemoveCleanup(ctx context.Context, id int64) error
 	Cleanups(ctx context.Context, moveID int64) ([]metadata.CleanupRecord, error)
 
-	BeginDecision(ctx context.Context, id int64, lockIDs []int64, lockWait time.Duration, lockTables bool) (*metadata.Decision, error)
+	OpenDecision(ctx context.Context, id int64) (*metadata.Decision, error)
 	CommitCutover(ctx context.Context, f metadata.CutoverFlip) error
 	SettleDecision(ctx context.Context, id int64) (metadata.Settlement, error)
 }

@@ -228,6 +228,8 @@ type session struct {
 
 	txnOpen bool // between Begin and Commit
 	skip    bool // the open transaction is already applied
+	// idle: the last receive timed out (the source had nothing to send).
+	idle bool
 
 	// The group: source transactions applied in the open target transaction.
 	groupTxns  int           // completed source transactions in the group
@@ -272,12 +274,28 @@ func (ss *session) loop(ctx context.Context) error {
 		default:
 		}
 		now := time.Now()
-		if !ss.txnOpen && ss.groupDue(now) {
+		hasWaiters, _ := ss.s.waiters(0)
+		// With someone waiting (a cutover's pause, a catch-up), a source
+		// gone quiet ends the group at once rather than after BatchDelay,
+		// and asks the walsender for its WAL end (a keepalive, which moves
+		// processed past WAL with nothing to apply) rather than waiting
+		// for the status cadence: the waiter learns within milliseconds
+		// that everything before its position is applied.
+		idleWait := hasWaiters && ss.idle && !ss.txnOpen
+		if !ss.txnOpen && (ss.groupDue(now) || (idleWait && ss.groupTxns > 0)) {
 			if err := ss.commitGroup(ctx); err != nil {
 				return err
 			}
+			if idleWait {
+				if err := ss.sendStatus(true); err != nil {
+					return err
+				}
+			}
+		} else if idleWait && now.Sub(ss.lastStatus) >= idlePing {
+			if err := ss.sendStatus(true); err != nil {
+				return err
+			}
 		}
-		hasWaiters, _ := ss.s.waiters(0)
 		interval := cfg.StatusInterval
 		if hasWaiters {
 			interval = min(interval, waitStatusInterval)
@@ -290,6 +308,12 @@ func (ss *session) loop(ctx context.Context) error {
 		deadline := earliest(ss.lastStatus.Add(interval), now.Add(maxReceiveWait))
 		if ss.groupTxns > 0 && !ss.txnOpen {
 			deadline = earliest(deadline, ss.groupStart.Add(cfg.BatchDelay))
+			if hasWaiters {
+				deadline = earliest(deadline, now.Add(idleAfter))
+			}
+		}
+		if idleWait {
+			deadline = earliest(deadline, ss.lastStatus.Add(idlePing))
 		}
 		// A deadline already set and not later than needed only wakes
 		// the loop early, which is harmless; setting one costs a system
@@ -303,10 +327,12 @@ func (ss *session) loop(ctx context.Context) error {
 		msg, err := ss.src.ReceiveMessage(context.Background())
 		if err != nil {
 			if pgconn.Timeout(err) {
+				ss.idle = true
 				continue
 			}
 			return fmt.Errorf("receive from source: %w", err)
 		}
+		ss.idle = false
 		// One clock read per message: the server clock's local time and
 		// the group's age are both taken from it.
 		ss.now = time.Now()

@@ -60,6 +60,15 @@ func DefaultStreamConfig() StreamConfig {
 // it answer with a keepalive carrying its current WAL end.
 const waitStatusInterval = 100 * time.Millisecond
 
+// idleAfter is how long a receive waits, with a group open and a waiter
+// pending, before the source counts as quiet (the group then commits).
+// idlePing is the shortest interval between the status updates that ask
+// the walsender for its WAL end while a waiter waits on a quiet source.
+const (
+	idleAfter = 2 * time.Millisecond
+	idlePing  = 5 * time.Millisecond
+)
+
 // maxReceiveWait bounds one receive, so timers and new waiters are noticed.
 const maxReceiveWait = 100 * time.Millisecond
 
