@@ -138,9 +138,9 @@ func blockCitusWrites(ctx context.Context, tx pgx.Tx, ids []int64, lockTimeout s
 // and COPY take ShareLock on each shard's metadata lock before they
 // resolve placements, so a write waiting here reads the new placement once
 // it gets through (citus_custom_scan.c). Call it inside a transaction, with
-// a lock_timeout set, on the coordinator and on every metadata node, in
-// group order (coordinator first), always before the source table lock,
-// so that two movers cannot deadlock.
+// a lock_timeout set, on the coordinator first and then on every other
+// metadata node, always before the source table lock, so that two movers
+// cannot deadlock (see docs/design.md 3.1).
 func LockShardMetadata(ctx context.Context, q Querier, ids []int64) error {
 	if _, err := q.Exec(ctx, lockMetadataSQL, citusExclusiveLock, ids); err != nil {
 		return fmt.Errorf("lock the Citus metadata of shards %v: %w", ids, err)
@@ -148,21 +148,31 @@ func LockShardMetadata(ctx context.Context, q Querier, ids []int64) error {
 	return nil
 }
 
-// asCitusRebalancer runs fn with the session named as Citus's rebalancer
-// (application_name "citus_rebalancer gpid=<gpid>"), the only kind of
-// session Citus lets change placements through its internal functions, and
-// names it back to restore afterwards. Both names are local to the
-// transaction q runs in.
-func asCitusRebalancer(ctx context.Context, q Querier, restore string, fn func() error) error {
-	if _, err := q.Exec(ctx, "SELECT set_config('application_name', 'citus_rebalancer gpid=' || citus_backend_gpid(), true)"); err != nil {
-		return fmt.Errorf("name the session as Citus's rebalancer: %w", err)
-	}
-	err := fn()
-	if _, rerr := q.Exec(ctx, "SELECT set_config('application_name', $1, true)", restore); rerr != nil && err == nil {
-		err = rerr
-	}
-	return err
+// queueAsCitusRebalancer queues on b the statement sql run with the
+// session named as Citus's rebalancer (application_name "citus_rebalancer
+// gpid=<gpid>"), the only kind of session Citus lets change placements
+// through its internal functions, and named back to restore afterwards.
+// Both names are local to the transaction b runs in (a failure aborts it,
+// which restores the name too).
+func queueAsCitusRebalancer(b *pgx.Batch, restore, sql string, args ...any) {
+	b.Queue(nameAsRebalancerSQL)
+	b.Queue(sql, args...)
+	b.Queue(nameBackSQL, restore)
 }
+
+const (
+	nameAsRebalancerSQL = "SELECT set_config('application_name', 'citus_rebalancer gpid=' || citus_backend_gpid(), true)"
+	nameBackSQL         = "SELECT set_config('application_name', $1, true)"
+	updatePlacementsSQL = "SELECT pg_catalog.citus_internal_update_placement_metadata(x, $2, $3) FROM unnest($1::bigint[]) x"
+	// citusCleanupSQL records, in the decision's transaction, that Citus's
+	// deferred cleanup drops an old (fenced) shard on a group: a
+	// pg_dist_cleanup row of object type 1 (shard placement) and policy 2
+	// (deferred on success) under an operation id of Citus's sequence that
+	// no running operation holds, so Citus's maintenance daemon (or
+	// citus_cleanup_orphaned_resources()) drops it.
+	citusCleanupSQL = `INSERT INTO pg_catalog.pg_dist_cleanup (record_id, operation_id, object_type, object_name, node_group_id, policy_type)
+		VALUES (nextval('pg_catalog.pg_dist_cleanup_recordid_seq'), nextval('pg_catalog.pg_dist_operationid_seq'), 1, $1, $2, 2)`
+)
 
 // ActAsCitusRebalancer names the session q runs on as Citus's rebalancer
 // for the rest of the session. Citus creates the shard tables of a move
@@ -177,21 +187,15 @@ func ActAsCitusRebalancer(ctx context.Context, q Querier) error {
 }
 
 // UpdatePlacements points the placements of ids from group src to group
-// dst in the Citus metadata of the node q runs on, inside q's transaction
-// (citus_internal_update_placement_metadata, which also invalidates
-// Citus's caches when the transaction commits). Every shard must be placed
-// on src there; otherwise nothing changes and an error says so.
-func UpdatePlacements(ctx context.Context, q Querier, ids []int64, src, dst int32) error {
-	return asCitusRebalancer(ctx, q, "shardmover", func() error {
-		return updatePlacements(ctx, q, ids, src, dst)
-	})
-}
-
-// updatePlacements flips every shard of ids in one statement (one round
-// trip inside the write pause, whatever the group's size).
-func updatePlacements(ctx context.Context, q Querier, ids []int64, src, dst int32) error {
-	if _, err := q.Exec(ctx, "SELECT pg_catalog.citus_internal_update_placement_metadata(x, $2, $3) FROM unnest($1::bigint[]) x",
-		ids, src, dst); err != nil {
+// dst in the Citus metadata of the node tx runs on, inside tx (Citus's
+// citus_internal_update_placement_metadata, which also invalidates Citus's
+// caches when the transaction commits), in one round trip whatever the
+// group's size. Every shard must be placed on src there; otherwise nothing
+// changes and an error says so.
+func UpdatePlacements(ctx context.Context, tx pgx.Tx, ids []int64, src, dst int32) error {
+	b := &pgx.Batch{}
+	queueAsCitusRebalancer(b, "shardmover", updatePlacementsSQL, ids, src, dst)
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		return fmt.Errorf("point shards %v from group %d to group %d: %w", ids, src, dst, err)
 	}
 	return nil
@@ -335,21 +339,6 @@ func (c *Catalog) WhyNotMovable(ctx context.Context, id int64) (string, error) {
 		return fmt.Sprintf("shard %d belongs to %s, an append- or range-distributed table, which shardmover does not move", id, table), nil
 	}
 	return fmt.Sprintf("shard %d belongs to %s, which is not moved (it belongs to an extension)", id, table), nil
-}
-
-// citusCleanupOldShard records, in the decision's transaction, that Citus's
-// deferred cleanup drops an old (fenced) shard on group: a pg_dist_cleanup
-// row of object type 1 (shard placement) and policy 2 (deferred on
-// success) under an operation id of Citus's sequence that no running
-// operation holds, so Citus's maintenance daemon (or
-// citus_cleanup_orphaned_resources()) drops it.
-func citusCleanupOldShard(ctx context.Context, tx pgx.Tx, group int32, table string) error {
-	_, err := tx.Exec(ctx, `INSERT INTO pg_catalog.pg_dist_cleanup (record_id, operation_id, object_type, object_name, node_group_id, policy_type)
-		VALUES (nextval('pg_catalog.pg_dist_cleanup_recordid_seq'), nextval('pg_catalog.pg_dist_operationid_seq'), 1, $1, $2, 2)`, table, group)
-	if err != nil {
-		return fmt.Errorf("record the old shard %s for Citus's cleanup: %w", table, err)
-	}
-	return nil
 }
 
 // citusDeferredDrops reads the shard placements Citus's deferred cleanup

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/zap"
 
@@ -438,18 +439,30 @@ func (c *Catalog) SetPhaseLeased(ctx context.Context, lease *Lease, id int64, fr
 }
 
 func setPhaseTx(ctx context.Context, tx pgx.Tx, id int64, from, to, msg, errText string) error {
-	tag, err := tx.Exec(ctx, `UPDATE shardmover.moves SET phase = $3, error = $4, updated_at = now(),
+	tag, err := tx.Exec(ctx, setPhaseSQL, id, from, to, errText, PhasePreflight)
+	if err := setPhaseResult(id, from, tag, err); err != nil {
+		return err
+	}
+	if _, err := tx.Exec(ctx, logPhaseSQL, id, from, to, msg); err != nil {
+		return fmt.Errorf("log phase of move %d: %w", id, err)
+	}
+	return nil
+}
+
+const (
+	setPhaseSQL = `UPDATE shardmover.moves SET phase = $3, error = $4, updated_at = now(),
 		attempts = attempts + CASE WHEN $3 = $5::text THEN 1 ELSE 0 END
-		WHERE id = $1 AND phase = $2`, id, from, to, errText, PhasePreflight)
+		WHERE id = $1 AND phase = $2`
+	logPhaseSQL = `INSERT INTO shardmover.move_log (move_id, from_phase, to_phase, message) VALUES ($1, $2, $3, $4)`
+)
+
+// setPhaseResult checks setPhaseSQL's outcome.
+func setPhaseResult(id int64, from string, tag pgconn.CommandTag, err error) error {
 	if err != nil {
 		return fmt.Errorf("set phase of move %d: %w", id, err)
 	}
 	if tag.RowsAffected() != 1 {
 		return fmt.Errorf("%w: move %d is not in phase %s", ErrPhaseConflict, id, from)
-	}
-	if _, err := tx.Exec(ctx, `INSERT INTO shardmover.move_log (move_id, from_phase, to_phase, message) VALUES ($1, $2, $3, $4)`,
-		id, from, to, msg); err != nil {
-		return fmt.Errorf("log phase of move %d: %w", id, err)
 	}
 	return nil
 }
@@ -698,15 +711,43 @@ func (d *Decision) Commit(ctx context.Context, f CutoverFlip) error {
 
 func (d *Decision) decide(ctx context.Context, tx pgx.Tx, f CutoverFlip) error {
 	c := d.c
-	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", metadataLockKey); err != nil {
-		return err
+	if f.Lease == nil {
+		return fmt.Errorf("commit cutover of move %d: no lease", f.MoveID)
 	}
+	// The checks, in one round trip (the decision runs inside the write
+	// pause): the catalog-write lock, the move row's lock and state, the
+	// lease, and on Citus the placements as they are now.
 	var phase string
-	var cancel bool
+	var cancel, held bool
 	var epoch int64
-	if err := tx.QueryRow(ctx, "SELECT phase, cancel_requested, cutover_epoch FROM shardmover.moves WHERE id = $1 FOR UPDATE",
-		f.MoveID).Scan(&phase, &cancel, &epoch); err != nil {
-		return fmt.Errorf("lock move %d: %w", f.MoveID, err)
+	on := len(f.ShardIDs)
+	checks := &pgx.Batch{}
+	checks.Queue("SELECT pg_advisory_xact_lock($1)", metadataLockKey)
+	checks.Queue("SELECT phase, cancel_requested, cutover_epoch FROM shardmover.moves WHERE id = $1 FOR UPDATE", f.MoveID)
+	checks.Queue(leaseHeldSQL, f.Lease.args()...)
+	if c.flavor == Citus {
+		// Someone else (Citus's own rebalancer) may have moved the group.
+		checks.Queue(`SELECT count(*) FROM pg_catalog.pg_dist_placement WHERE shardid = ANY($1) AND groupid = $2`,
+			f.ShardIDs, f.SourceGroup)
+	}
+	if err := readBatch(tx.SendBatch(ctx, checks), func(br pgx.BatchResults) error {
+		if _, err := br.Exec(); err != nil {
+			return err
+		}
+		if err := br.QueryRow().Scan(&phase, &cancel, &epoch); err != nil {
+			return fmt.Errorf("lock move %d: %w", f.MoveID, err)
+		}
+		if err := br.QueryRow().Scan(&held); err != nil {
+			return err
+		}
+		if c.flavor == Citus {
+			if err := br.QueryRow().Scan(&on); err != nil {
+				return fmt.Errorf("read placements of move %d: %w", f.MoveID, err)
+			}
+		}
+		return nil
+	}); err != nil {
+		return err
 	}
 	if Phase(phase) != PhaseCutover {
 		return fmt.Errorf("%w: move %d is in phase %s, not cutover", ErrPhaseConflict, f.MoveID, phase)
@@ -718,60 +759,87 @@ func (d *Decision) decide(ctx context.Context, tx pgx.Tx, f CutoverFlip) error {
 		return fmt.Errorf("%w: the cutover attempt of move %d was settled as rolled back before its decision arrived; nothing flipped",
 			ErrPhaseConflict, f.MoveID)
 	}
-	if f.Lease == nil {
-		return fmt.Errorf("commit cutover of move %d: no lease", f.MoveID)
+	if !held {
+		return f.Lease.lostErr()
 	}
-	if err := f.Lease.checkTx(ctx, tx); err != nil {
-		return err
+	if on != len(f.ShardIDs) {
+		return fmt.Errorf("%w: %d of the %d shards of move %d are still placed on group %d (Citus or someone else moved them); nothing flipped",
+			ErrPlacementMoved, on, len(f.ShardIDs), f.MoveID, f.SourceGroup)
 	}
+
+	// The writes, in one round trip; any failure leaves the transaction
+	// uncommitted (Commit commits only when decide returns nil).
+	from, to := string(PhaseCutover), string(PhaseCleanup)
+	w := &pgx.Batch{}
 	if c.flavor == Citus {
-		// Someone else (Citus's own rebalancer) may have moved the group.
-		var on int
-		if err := tx.QueryRow(ctx, `SELECT count(*) FROM pg_catalog.pg_dist_placement WHERE shardid = ANY($1) AND groupid = $2`,
-			f.ShardIDs, f.SourceGroup).Scan(&on); err != nil {
-			return fmt.Errorf("read placements of move %d: %w", f.MoveID, err)
-		}
-		if on != len(f.ShardIDs) {
-			return fmt.Errorf("%w: %d of the %d shards of move %d are still placed on group %d (Citus or someone else moved them); nothing flipped",
-				ErrPlacementMoved, on, len(f.ShardIDs), f.MoveID, f.SourceGroup)
-		}
 		// Citus's function also refuses a shard not placed on the source
 		// group, so a catalog changed underneath flips nothing.
-		if err := asCitusRebalancer(ctx, tx, decisionName(f.MoveID), func() error {
-			return updatePlacements(ctx, tx, f.ShardIDs, f.SourceGroup, f.TargetGroup)
-		}); err != nil {
-			return fmt.Errorf("flip placements of move %d: %w", f.MoveID, err)
-		}
+		queueAsCitusRebalancer(w, decisionName(f.MoveID), updatePlacementsSQL, f.ShardIDs, f.SourceGroup, f.TargetGroup)
 	} else {
-		tag, err := tx.Exec(ctx, `UPDATE shardmover_catalog.pg_dist_placement SET groupid = $3
+		w.Queue(`UPDATE shardmover_catalog.pg_dist_placement SET groupid = $3
 			WHERE shardid = ANY($1) AND groupid = $2`, f.ShardIDs, f.SourceGroup, f.TargetGroup)
-		if err != nil {
-			return fmt.Errorf("flip placements: %w", err)
-		}
-		if int(tag.RowsAffected()) != len(f.ShardIDs) {
-			return fmt.Errorf("%w: flip placements of move %d: %d of %d shards were on group %d; the catalog changed underneath, nothing flipped",
-				ErrPlacementMoved, f.MoveID, tag.RowsAffected(), len(f.ShardIDs), f.SourceGroup)
-		}
 	}
-	if _, err := tx.Exec(ctx, "UPDATE shardmover.moves SET cutover_committed = true WHERE id = $1", f.MoveID); err != nil {
-		return err
-	}
+	w.Queue("UPDATE shardmover.moves SET cutover_committed = true WHERE id = $1", f.MoveID)
 	for _, t := range f.OldTables {
 		if c.flavor == Citus {
-			if err := citusCleanupOldShard(ctx, tx, f.SourceGroup, t); err != nil {
-				return err
-			}
-			continue
+			w.Queue(citusCleanupSQL, t, f.SourceGroup)
+		} else {
+			w.Queue(`INSERT INTO shardmover.cleanup (move_id, node_group, object_type, name, policy)
+				VALUES ($1, $2, $5, $3, $4)`, f.MoveID, f.SourceGroup, t, CleanupDeferred, ObjectTable)
 		}
-		if _, err := tx.Exec(ctx, `INSERT INTO shardmover.cleanup (move_id, node_group, object_type, name, policy)
-			VALUES ($1, $2, $5, $3, $4)`, f.MoveID, f.SourceGroup, t, CleanupDeferred, ObjectTable); err != nil {
+	}
+	w.Queue("DELETE FROM shardmover.cleanup WHERE move_id = $1 AND policy = $2", f.MoveID, CleanupOnFailure)
+	w.Queue(setPhaseSQL, f.MoveID, from, to, "", PhasePreflight)
+	w.Queue(logPhaseSQL, f.MoveID, from, to, "placements flipped")
+	return readBatch(tx.SendBatch(ctx, w), func(br pgx.BatchResults) error {
+		if c.flavor == Citus {
+			for i := 0; i < 3; i++ {
+				if _, err := br.Exec(); err != nil {
+					return fmt.Errorf("flip placements of move %d: %w", f.MoveID, err)
+				}
+			}
+		} else {
+			tag, err := br.Exec()
+			if err != nil {
+				return fmt.Errorf("flip placements: %w", err)
+			}
+			if int(tag.RowsAffected()) != len(f.ShardIDs) {
+				return fmt.Errorf("%w: flip placements of move %d: %d of %d shards were on group %d; the catalog changed underneath, nothing flipped",
+					ErrPlacementMoved, f.MoveID, tag.RowsAffected(), len(f.ShardIDs), f.SourceGroup)
+			}
+		}
+		if _, err := br.Exec(); err != nil {
 			return err
 		}
+		for _, t := range f.OldTables {
+			if _, err := br.Exec(); err != nil {
+				if c.flavor == Citus {
+					return fmt.Errorf("record the old shard %s for Citus's cleanup: %w", t, err)
+				}
+				return err
+			}
+		}
+		if _, err := br.Exec(); err != nil {
+			return err
+		}
+		tag, err := br.Exec()
+		if err := setPhaseResult(f.MoveID, from, tag, err); err != nil {
+			return err
+		}
+		if _, err := br.Exec(); err != nil {
+			return fmt.Errorf("log phase of move %d: %w", f.MoveID, err)
+		}
+		return nil
+	})
+}
+
+// readBatch reads br's results with fn and closes it; the first error wins.
+func readBatch(br pgx.BatchResults, fn func(pgx.BatchResults) error) error {
+	err := fn(br)
+	if cerr := br.Close(); err == nil {
+		err = cerr
 	}
-	if _, err := tx.Exec(ctx, "DELETE FROM shardmover.cleanup WHERE move_id = $1 AND policy = $2", f.MoveID, CleanupOnFailure); err != nil {
-		return err
-	}
-	return setPhaseTx(ctx, tx, f.MoveID, string(PhaseCutover), string(PhaseCleanup), "placements flipped", "")
+	return err
 }
 
 // decisionName is the application_name of a move's decision transaction.
@@ -944,14 +1012,24 @@ func (l *Lease) Held(ctx context.Context) error {
 // session still holds its lock.
 func (l *Lease) checkTx(ctx context.Context, tx pgx.Tx) error {
 	var held bool
-	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted
-		AND classid = $1 AND objid = $2 AND objsubid = 2 AND pid = $3)`, uint32(l.class), uint32(l.key), l.pid).Scan(&held); err != nil {
+	if err := tx.QueryRow(ctx, leaseHeldSQL, l.args()...).Scan(&held); err != nil {
 		return err
 	}
 	if !held {
-		return fmt.Errorf("%w: the session holding lock %d/%d (move %d) is gone; nothing changed", ErrLeaseLost, l.class, l.key, l.MoveID)
+		return l.lostErr()
 	}
 	return nil
+}
+
+// leaseHeldSQL reads whether the lease's session still holds its lock
+// (its arguments: Lease.args).
+const leaseHeldSQL = `SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted
+	AND classid = $1 AND objid = $2 AND objsubid = 2 AND pid = $3)`
+
+func (l *Lease) args() []any { return []any{uint32(l.class), uint32(l.key), l.pid} }
+
+func (l *Lease) lostErr() error {
+	return fmt.Errorf("%w: the session holding lock %d/%d (move %d) is gone; nothing changed", ErrLeaseLost, l.class, l.key, l.MoveID)
 }
 
 // Release gives the lock up. It unlocks before closing the connection:

@@ -242,14 +242,16 @@ func (r *run) tryCutover(ctx context.Context, m metadata.Move, c cutoverConns) e
 		return err
 	}
 	sp.mark("definitions")
-	// Fence: rename the old shards inside the locking transaction.
-	var old []string
+	// Fence: rename the old shards inside the locking transaction, in one
+	// round trip (each its own statement).
+	var old, renames []string
 	for _, t := range tables {
 		moved := movedName(t[1], m.ID)
-		if _, err := pgsql.ExecOne(fenceCtx, tx.Conn(), "ALTER TABLE "+t.Sanitize()+" RENAME TO "+pgx.Identifier{moved}.Sanitize()); err != nil {
-			return fmt.Errorf("fence %s: %w", t.Sanitize(), err)
-		}
+		renames = append(renames, "ALTER TABLE "+t.Sanitize()+" RENAME TO "+pgx.Identifier{moved}.Sanitize())
 		old = append(old, metadata.QualifiedName(pgx.Identifier{t[0], moved}))
+	}
+	if i, err := pgsql.ExecEach(fenceCtx, tx.Conn(), renames); err != nil {
+		return fmt.Errorf("fence %s: %w", tables[max(i, 0)].Sanitize(), err)
 	}
 	if time.Since(pauseStart) > budget {
 		return fmt.Errorf("%w: %s before prepare", errPauseExceeded, time.Since(pauseStart).Round(time.Millisecond))
@@ -445,17 +447,12 @@ const caughtUpWait = 15 * time.Millisecond
 // (RecordTransactionCommit): an xid alone (txid_current) is not enough and
 // its commit stays as asynchronous as the rest. So the transaction writes a
 // transactional logical message, which pgoutput does not send (the stream
-// does not ask for messages), and commits with synchronous_commit = on.
+// does not ask for messages), and commits with synchronous_commit = on:
+// one statement in its own implicit transaction (one round trip inside the
+// pause), whose local setting still holds when it commits.
 func flushWAL(ctx context.Context, conn *pgx.Conn) error {
-	tx, err := conn.Begin(ctx)
-	if err != nil {
-		return err
-	}
-	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	if _, err := tx.Exec(ctx, "SELECT set_config('synchronous_commit', 'on', true), pg_logical_emit_message(true, 'shardmover', 'flush')"); err != nil {
-		return err
-	}
-	return tx.Commit(ctx)
+	_, err := conn.Exec(ctx, "SELECT set_config('synchronous_commit', 'on', true), pg_logical_emit_message(true, 'shardmover', 'flush')")
+	return err
 }
 
 func (r *run) recordPause(id int64, d time.Duration) {

@@ -40,3 +40,34 @@ func TestExecOneRefusesASecondStatement(t *testing.T) {
 	assert.Equal(t, int64(1), tag.RowsAffected())
 	require.NoError(t, tx.Rollback(ctx))
 }
+
+// TestExecEachRefusesASecondStatement: ExecEach runs its statements in
+// order in one round trip, refuses a text with two statements whole, and
+// runs nothing after the one that failed.
+func TestExecEachRefusesASecondStatement(t *testing.T) {
+	sb := sandboxtest.New(t, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, sb.Coordinator().DSN())
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+
+	i, err := pgsql.ExecEach(ctx, conn, []string{"CREATE TABLE a (id int)", "CREATE TABLE b (id int)"})
+	require.NoError(t, err)
+	assert.Equal(t, -1, i)
+	tx, err := conn.Begin(ctx)
+	require.NoError(t, err)
+	i, err = pgsql.ExecEach(ctx, tx.Conn(), []string{
+		"ALTER TABLE a RENAME TO a2",
+		"ALTER TABLE b RENAME TO b2; DROP TABLE a2",
+		"CREATE TABLE c (id int)",
+	})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "multiple commands")
+	assert.Equal(t, 1, i, "the second statement failed")
+	require.NoError(t, tx.Rollback(ctx))
+	var ok bool
+	require.NoError(t, conn.QueryRow(ctx, `SELECT to_regclass('a') IS NOT NULL AND to_regclass('b') IS NOT NULL
+		AND to_regclass('a2') IS NULL AND to_regclass('c') IS NULL`).Scan(&ok))
+	assert.True(t, ok, "nothing of the failed batch may stay")
+}
