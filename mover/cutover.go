@@ -169,10 +169,10 @@ func (r *run) tryCutover(ctx context.Context, m metadata.Move, c cutoverConns) e
 	sp := &splits{last: pauseStart}
 	defer sp.log(r.log, "cutover timings")
 	// On Citus, Citus-routed writes are blocked first: the decision takes
-	// the coordinator's metadata lock, then every metadata node's, in
-	// group order, all before the source table lock. On the target, its
-	// distributed tables are locked before its metadata lock (see
-	// metadata.BlockCitusWrites).
+	// the coordinator's metadata lock, then every other metadata node's at
+	// once (lockCitusWrites), all before the source table lock. On the
+	// target, its distributed tables are locked before its metadata lock
+	// (see metadata.BlockCitusWrites).
 	if c.citus != nil {
 		if err := dec.BlockWrites(preCtx, m.ShardIDs, lockWait, m.TargetGroup == 0); err != nil {
 			return fmt.Errorf("block Citus writes on the coordinator: %w", err)
@@ -416,9 +416,13 @@ func (r *run) compareDefinitions(ctx context.Context, m metadata.Move, tx, dtx p
 // with up to that much WAL unsent and wait, writes blocked, for the applier
 // to take it in. So: read the insert position, flush the WAL up to it, wait
 // for the applier to apply it; again while that wait was long, at most
-// three times. Only a wait, bounded: an error or a timeout leaves the work
-// to the pause, which has its own bounds.
+// three times. Only a wait, bounded (5 s in all, so that a lost reply
+// cannot hold the cutover here: a cancelled query closes conn, and the
+// attempt then fails and is retried): an error or a timeout leaves the
+// work to the pause, which has its own bounds.
 func (r *run) catchUpBeforePause(ctx context.Context, conn *pgx.Conn) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
 	for range 3 {
 		var text string
 		if err := conn.QueryRow(ctx, "SELECT pg_current_wal_insert_lsn()::text").Scan(&text); err != nil {
