@@ -57,6 +57,18 @@ func (r *run) cleanup(ctx context.Context, m metadata.Move) error {
 	return nil
 }
 
+// hasIdentity reports whether any of the tables has an identity column.
+func hasIdentity(tables []metadata.TableDDL) bool {
+	for _, t := range tables {
+		for _, c := range t.Columns {
+			if c.Identity != nil {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // finishIdentity makes sure the target's identity columns have the
 // source's kind after the decision. The cutover finishes them in a target
 // transaction that commits right after the decision; when that commit did
@@ -79,21 +91,20 @@ func (r *run) finishIdentity(ctx context.Context, m metadata.Move) (err error) {
 	for i, t := range tables {
 		olds[i] = pgx.Identifier{t[0], movedName(t[1], m.ID)}
 	}
-	// Both sides at once, each one batch for the whole group.
-	var wants []metadata.TableDDL
-	var werr error
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		wants, werr = metadata.ReadTablesDDL(ctx, src, olds)
-	}()
-	gots, gerr := metadata.ReadTablesDDL(ctx, dst, tables)
-	<-done
-	if werr != nil {
-		return fmt.Errorf("read the definition of %s on the source: %w", names(olds), werr)
+	// The target first, one batch for the whole group: without an identity
+	// column there is nothing to finish, and the source's old tables need
+	// not be read (on Citus its deferred cleanup may have dropped them
+	// already: the decision records their drop).
+	gots, err := metadata.ReadTablesDDL(ctx, dst, tables)
+	if err != nil {
+		return fmt.Errorf("read the definition of %s on the target: %w", names(tables), err)
 	}
-	if gerr != nil {
-		return fmt.Errorf("read the definition of %s on the target: %w", names(tables), gerr)
+	if !hasIdentity(gots) {
+		return nil
+	}
+	wants, err := metadata.ReadTablesDDL(ctx, src, olds)
+	if err != nil {
+		return fmt.Errorf("read the definition of %s on the source: %w", names(olds), err)
 	}
 	for i, t := range tables {
 		want, got := wants[i], gots[i]

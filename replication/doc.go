@@ -80,10 +80,12 @@
 //     prepared once per shape and pipelined; consecutive source transactions
 //     are grouped into one target transaction up to BatchBytes and
 //     BatchDelay, in commit order; while a WaitFor waits (a cutover's
-//     pause, a catch-up), a source that has gone quiet for 2 ms ends the
-//     group at once and the session asks the walsender for its WAL end
-//     (a status update requesting a reply, at most every 5 ms), so the
-//     waiter is not held by BatchDelay or the status cadence. Apply is full duplex: one goroutine
+//     pause, a catch-up), a source that has gone quiet for 2 ms is asked
+//     for its WAL end (a status update requesting a reply, at most every
+//     5 ms), and a keepalive whose WAL end covers a waiter's position ends
+//     the group at once, so the waiter is held neither by BatchDelay nor
+//     by the status cadence, while a backlog still arriving keeps its
+//     groups whole. Apply is full duplex: one goroutine
 //     reads and decodes the stream while another executes the previous
 //     round trip on the target. The reading side takes in many walsender
 //     messages per read: after a read that drained the socket it waits

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"runtime/debug"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -264,7 +265,22 @@ func (ss *session) closeSpools() {
 func (ss *session) loop(ctx context.Context) error {
 	cfg := ss.s.cfg
 	conn := ss.src.Conn()
+	var woken atomic.Bool
+	ss.s.mu.Lock()
+	ss.s.wake = func() {
+		woken.Store(true)
+		_ = conn.SetReadDeadline(time.Now())
+	}
+	ss.s.mu.Unlock()
+	defer func() {
+		ss.s.mu.Lock()
+		ss.s.wake = nil
+		ss.s.mu.Unlock()
+	}()
 	for {
+		if woken.Swap(false) {
+			ss.deadline = time.Time{} // the connection's deadline was moved
+		}
 		if err := ctx.Err(); err != nil {
 			return err
 		}
@@ -275,23 +291,20 @@ func (ss *session) loop(ctx context.Context) error {
 		}
 		now := time.Now()
 		hasWaiters, _ := ss.s.waiters(0)
-		// With someone waiting (a cutover's pause, a catch-up), a source
-		// gone quiet ends the group at once rather than after BatchDelay,
-		// and asks the walsender for its WAL end (a keepalive, which moves
-		// processed past WAL with nothing to apply) rather than waiting
-		// for the status cadence: the waiter learns within milliseconds
-		// that everything before its position is applied.
-		idleWait := hasWaiters && ss.idle && !ss.txnOpen
-		if !ss.txnOpen && (ss.groupDue(now) || (idleWait && ss.groupTxns > 0)) {
+		if !ss.txnOpen && ss.groupDue(now) {
 			if err := ss.commitGroup(ctx); err != nil {
 				return err
 			}
-			if idleWait {
-				if err := ss.sendStatus(true); err != nil {
-					return err
-				}
-			}
-		} else if idleWait && now.Sub(ss.lastStatus) >= idlePing {
+		}
+		// With someone waiting (a cutover's pause, a catch-up), a source
+		// gone quiet is asked for its WAL end at once (a status update
+		// requesting a reply) rather than at the status cadence; the
+		// keepalive that answers ends the group when that covers a
+		// waiter's position (handleCopyData), or moves processed past WAL
+		// with nothing to apply: the waiter learns within milliseconds that
+		// everything before its position is applied. A source still
+		// sending a backlog is not quiet, so its groups stay whole.
+		if hasWaiters && ss.idle && !ss.txnOpen && now.Sub(ss.lastStatus) >= idlePing {
 			if err := ss.sendStatus(true); err != nil {
 				return err
 			}
@@ -308,12 +321,10 @@ func (ss *session) loop(ctx context.Context) error {
 		deadline := earliest(ss.lastStatus.Add(interval), now.Add(maxReceiveWait))
 		if ss.groupTxns > 0 && !ss.txnOpen {
 			deadline = earliest(deadline, ss.groupStart.Add(cfg.BatchDelay))
-			if hasWaiters {
-				deadline = earliest(deadline, now.Add(idleAfter))
-			}
 		}
-		if idleWait {
-			deadline = earliest(deadline, ss.lastStatus.Add(idlePing))
+		if hasWaiters && !ss.txnOpen {
+			// Notice a quiet source within idleAfter.
+			deadline = earliest(deadline, now.Add(idleAfter))
 		}
 		// A deadline already set and not later than needed only wakes
 		// the loop early, which is harmless; setting one costs a system
@@ -323,6 +334,11 @@ func (ss *session) loop(ctx context.Context) error {
 				return fmt.Errorf("receive from source: %w", err)
 			}
 			ss.deadline = deadline
+			if woken.Load() {
+				// A wake between the top of the loop and here would be
+				// overwritten: receive nothing, go round again.
+				_ = conn.SetReadDeadline(time.Now())
+			}
 		}
 		msg, err := ss.src.ReceiveMessage(context.Background())
 		if err != nil {
@@ -371,6 +387,14 @@ func (ss *session) handleCopyData(ctx context.Context, data []byte) error {
 				}
 			} else {
 				ss.idleEnd = max(ss.idleEnd, ka.ServerWALEnd)
+				if _, due := ss.s.waiters(ss.idleEnd); due {
+					// Committing the group now covers a waiter's position
+					// (processed becomes idleEnd): do not make it wait
+					// for BatchDelay.
+					if err := ss.commitGroup(ctx); err != nil {
+						return err
+					}
+				}
 			}
 		}
 		if ka.ReplyRequested {

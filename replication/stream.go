@@ -60,10 +60,9 @@ func DefaultStreamConfig() StreamConfig {
 // it answer with a keepalive carrying its current WAL end.
 const waitStatusInterval = 100 * time.Millisecond
 
-// idleAfter is how long a receive waits, with a group open and a waiter
-// pending, before the source counts as quiet (the group then commits).
-// idlePing is the shortest interval between the status updates that ask
-// the walsender for its WAL end while a waiter waits on a quiet source.
+// idleAfter is how long a receive waits, while a waiter is pending, before
+// the source counts as quiet. idlePing is the shortest interval between the
+// status updates that then ask the walsender for its WAL end.
 const (
 	idleAfter = 2 * time.Millisecond
 	idlePing  = 5 * time.Millisecond
@@ -90,9 +89,13 @@ type Stream struct {
 	unapplied    []time.Time   // commit time of the first transaction of each group received but not yet durable, oldest first
 	waiting      map[pglogrepl.LSN]int
 	advanced     chan struct{} // closed and replaced whenever processed moves
-	stopErr      error         // why the last Run returned; nil while running or before
-	walBlock     uint64        // the source's WAL page size
-	hold         holdState     // holds of the applier at a position (hold.go)
+	// wake, while a session streams, cuts short its pending receive, so
+	// that it notices a new waiter at once rather than at its read
+	// deadline (up to BatchDelay or the status cadence away).
+	wake     func()
+	stopErr  error     // why the last Run returned; nil while running or before
+	walBlock uint64    // the source's WAL page size
+	hold     holdState // holds of the applier at a position (hold.go)
 
 	// strictUntil: transactions that commit at or before it are applied
 	// in strict source order, after regrouped changes failed there. The
@@ -209,6 +212,9 @@ func (s *Stream) Lag() (bytes uint64, d time.Duration) {
 func (s *Stream) WaitFor(ctx context.Context, lsn pglogrepl.LSN) error {
 	s.mu.Lock()
 	s.waiting[lsn]++
+	if wake := s.wake; wake != nil && !reached(s.processed, lsn, s.walBlock) {
+		wake()
+	}
 	defer func() {
 		s.mu.Lock()
 		if s.waiting[lsn]--; s.waiting[lsn] <= 0 {
