@@ -283,14 +283,16 @@ func (c *client) insert(ctx context.Context) {
 	k := Key{userID, eventID}
 	start := time.Now()
 	var via Target
+	var affected int64
 	err := c.r.do(ctx, c.id, EventsTable, userID, func(ctx context.Context, t Target) error {
 		via = t
-		_, err := t.Pool.Exec(ctx, "INSERT INTO "+t.Rel.Sanitize()+
+		tag, err := t.Pool.Exec(ctx, "INSERT INTO "+t.Rel.Sanitize()+
 			" (event_id, event_type, event_public, repo_id, payload, repo, user_id, org, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
 			e.Values()...)
+		affected = tag.RowsAffected()
 		return err
 	})
-	w := c.write("insert", 0, start, via, 1)
+	w := c.write("insert", 0, start, via, affected)
 	if c.done(ctx, "insert", start, via, err, k, true, 0, w) {
 		c.record("insert", start, via)
 		c.l.ackInsert(k, w)
