@@ -85,7 +85,7 @@ func MetadataNodes(nodes []Node) []Node {
 // (as that node's metadata names them), not on their shards: every write to
 // those tables entering Citus on that node then waits before it takes its
 // snapshot, since the table lock is taken while the statement is parsed.
-// Citus's metadata lock (LockShardMetadata) is taken in the executor,
+// Citus's metadata lock (BlockCitusWrites) is taken in the executor,
 // after the snapshot, so a write that waited on it alone runs with the
 // snapshot it took before: on a move's target, where it runs locally once
 // the placements flip, that snapshot may predate the last changes the
@@ -103,11 +103,17 @@ const lockTablesSQL = `SELECT pg_catalog.lock_relation_if_exists(format('%I.%I',
 
 const lockMetadataSQL = "SELECT lock_shard_metadata($1, $2::bigint[])"
 
-// BlockCitusWrites is, in one round trip inside tx, what a cutover does on
-// a metadata node at the start of its pause: sets lockTimeout (unless
+// BlockCitusWrites blocks Citus-routed writes to the shard groups of ids
+// from the node tx runs on, until tx ends: Citus's router and COPY take
+// ShareLock on each shard's metadata lock before they resolve placements,
+// so a write waiting here reads the new placement once it gets through
+// (citus_custom_scan.c). In one round trip it sets lockTimeout (unless
 // empty) for the transaction, locks the distributed tables of ids when
-// lockTables (the node is the move's target; see lockTablesSQL), then
-// takes their metadata lock (LockShardMetadata). Any failure aborts tx.
+// lockTables (the node is the move's target; see lockTablesSQL), then takes
+// their metadata lock (lock_shard_metadata, ExclusiveLock). A cutover calls
+// it at the start of its pause on the coordinator first, then on every
+// other metadata node, always before the source table lock, so that two
+// movers cannot deadlock (docs/design.md 3.1). Any failure aborts tx.
 func BlockCitusWrites(ctx context.Context, tx pgx.Tx, ids []int64, lockTimeout string, lockTables bool) error {
 	return blockCitusWrites(ctx, tx, ids, lockTimeout, lockTables, false)
 }
@@ -129,21 +135,6 @@ func blockCitusWrites(ctx context.Context, tx pgx.Tx, ids []int64, lockTimeout s
 	}
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		return fmt.Errorf("block Citus writes to shards %v: %w", ids, err)
-	}
-	return nil
-}
-
-// LockShardMetadata blocks Citus-routed writes to the shard groups of ids
-// from the session q runs on, until its transaction ends: Citus's router
-// and COPY take ShareLock on each shard's metadata lock before they
-// resolve placements, so a write waiting here reads the new placement once
-// it gets through (citus_custom_scan.c). Call it inside a transaction, with
-// a lock_timeout set, on the coordinator first and then on every other
-// metadata node, always before the source table lock, so that two movers
-// cannot deadlock (see docs/design.md 3.1).
-func LockShardMetadata(ctx context.Context, q Querier, ids []int64) error {
-	if _, err := q.Exec(ctx, lockMetadataSQL, citusExclusiveLock, ids); err != nil {
-		return fmt.Errorf("lock the Citus metadata of shards %v: %w", ids, err)
 	}
 	return nil
 }

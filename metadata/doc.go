@@ -52,11 +52,10 @@
 //   - On Citus (citus.go; Citus 12 or later, refused otherwise at Open):
 //     every node session runs with the settings Citus's own shard transfers
 //     use (shards visible, changes to them allowed, DDL not propagated);
-//     LockShardMetadata and BlockCitusWrites block Citus-routed writes to a
-//     shard group (on a move's target, before the writes take their
-//     snapshot); UpdatePlacements flips a node's copy of the placements
-//     through Citus's own function inside the caller's transaction; the
-//     decision (OpenDecision, Decision.BlockWrites, Decision.Commit) flips
+//     BlockCitusWrites blocks Citus-routed writes to a shard group (on a
+//     move's target, before the writes take their snapshot);
+//     UpdatePlacements flips a node's copy of the placements through
+//     Citus's own function inside the caller's transaction; the decision (OpenDecision, Decision.BlockWrites, Decision.Commit) flips
 //     the coordinator's and records the old shards in Citus's deferred
 //     cleanup; CitusBusy, CitusDefaultStrategy and EnsureReferenceTables
 //     read and prepare what a Citus move needs.

@@ -659,7 +659,7 @@ func (c *Catalog) OpenDecision(ctx context.Context, id int64) (_ *Decision, err 
 }
 
 // BlockWrites, on Citus, blocks Citus-routed writes from the coordinator
-// to the shards lockIDs (LockShardMetadata), waiting at most lockWait (0:
+// to the shards lockIDs (their metadata lock), waiting at most lockWait (0:
 // no bound), in one round trip: a Citus cutover opens its decision first,
 // and at the start of its pause takes this lock before the metadata locks
 // on the workers and the source table lock, and keeps the decision open

@@ -122,7 +122,8 @@ func (r *run) lockCitusWrites(ctx context.Context, m metadata.Move, src pgx.Tx, 
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := metadata.LockShardMetadata(ctx, src, m.ShardIDs); err != nil {
+			// The fence's transaction has its lock_timeout already.
+			if err := metadata.BlockCitusWrites(ctx, src, m.ShardIDs, "", false); err != nil {
 				srcErr = fmt.Errorf("block Citus writes on the source %s: %w", r.source.Addr(), err)
 			}
 		}()
