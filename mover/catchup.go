@@ -81,15 +81,15 @@ func (r *run) streamErr() error {
 // measured against the source's current WAL insert position (not against
 // what the applier has heard of, which is nothing before it connects); the
 // time lag is the age of the oldest received, unapplied transaction.
-func (r *run) catchUp(ctx context.Context, m metadata.Move) error {
+func (r *run) catchUp(ctx context.Context, m metadata.Move) (err error) {
 	if err := r.startStream(ctx, m); err != nil {
 		return err
 	}
-	src, err := r.e.connect(ctx, r.source)
+	src, err := r.e.session(ctx, r.source)
 	if err != nil {
 		return err
 	}
-	defer src.Close(context.WithoutCancel(ctx))
+	defer r.e.release(r.source, src, &err)
 	lastSave := time.Now()
 	for {
 		if err := r.streamErr(); err != nil {

@@ -51,8 +51,9 @@ type citusCutover struct {
 	sourceMeta bool
 }
 
-// openCitus connects, before the pause, to every metadata node but the
-// source. On compat it returns nil.
+// openCitus opens, before the pause, a session on every metadata node but
+// the source, all at once (clean ones of the pool when there are). On
+// compat it returns nil.
 func (r *run) openCitus(ctx context.Context) (*citusCutover, error) {
 	if !r.citus() {
 		return nil, nil
@@ -67,25 +68,40 @@ func (r *run) openCitus(ctx context.Context) (*citusCutover, error) {
 			cc.sourceMeta = true
 			continue
 		}
-		conn, err := r.e.connect(ctx, n)
-		if err != nil {
-			cc.close(ctx)
-			return nil, err
-		}
-		cc.parts = append(cc.parts, &citusPart{node: n, conn: conn})
+		cc.parts = append(cc.parts, &citusPart{node: n})
+	}
+	err = eachPart(cc.parts, func(p *citusPart) (err error) {
+		p.conn, err = r.e.session(ctx, p.node)
+		return err
+	})
+	if err != nil {
+		cc.release(ctx, r.e, &err)
+		return nil, err
 	}
 	return cc, nil
 }
 
-func (cc *citusCutover) close(ctx context.Context) {
+// release ends each part's transaction still open (rolled back; a prepared
+// part is no longer its session's) and gives its session back to the pool
+// when *errp is nil, or closes it.
+func (cc *citusCutover) release(ctx context.Context, e *Engine, errp *error) {
 	if cc == nil {
 		return
 	}
 	for _, p := range cc.parts {
-		if p.tx != nil {
-			_ = p.tx.Rollback(context.WithoutCancel(ctx))
+		if p.conn == nil {
+			continue
 		}
-		_ = p.conn.Close(context.WithoutCancel(ctx))
+		var err error
+		if p.tx != nil {
+			err = p.tx.Rollback(context.WithoutCancel(ctx))
+			p.tx = nil
+		}
+		if err == nil && errp != nil {
+			err = *errp
+		}
+		e.release(p.node, p.conn, &err)
+		p.conn = nil
 	}
 }
 
@@ -157,15 +173,22 @@ func (r *run) prepareCitusParts(ctx context.Context, m metadata.Move, parts []*c
 }
 
 // commitCitusParts commits every prepared part after the decision, at
-// once. A failure leaves it to the cleanup phase's settlement.
-func (r *run) commitCitusParts(ctx context.Context, parts []*citusPart, gid string) {
-	_ = eachPart(parts, func(p *citusPart) error {
-		if _, err := settlePrepared(ctx, p.conn, gid, true); err != nil {
+// once, and reports whether each was found prepared and committed. A
+// failure leaves it to the cleanup phase's settlement.
+func (r *run) commitCitusParts(ctx context.Context, parts []*citusPart, gid string) bool {
+	err := eachPart(parts, func(p *citusPart) error {
+		found, err := settlePrepared(ctx, p.conn, gid, true)
+		if err != nil {
 			r.log.Warn("committing the placement flip on a metadata node failed; the cleanup phase settles it",
 				zap.String("node", p.node.Addr()), zap.Error(err))
+			return err
+		}
+		if !found {
+			return errors.New("part not found prepared")
 		}
 		return nil
 	})
+	return err == nil
 }
 
 // eachPart runs fn for every part concurrently and returns the first
@@ -197,28 +220,36 @@ func (r *run) settleCitusParts(ctx context.Context, m metadata.Move, st metadata
 	if err != nil {
 		return err
 	}
-	for _, n := range nodes {
+	// Every node at once: each part is settled on its own by the same rule.
+	errs := make([]error, len(nodes))
+	var wg sync.WaitGroup
+	for i, n := range nodes {
 		if n.GroupID == r.source.GroupID {
 			continue
 		}
-		err := r.settleCitusPart(ctx, m, st, n)
-		if errors.Is(err, metadata.ErrUnreachable) {
-			r.log.Warn("a metadata node is unreachable; its part of the cutover is settled when it is back", zap.String("node", n.Addr()), zap.Error(err))
-			continue
-		}
-		if err != nil {
-			return fmt.Errorf("settle the cutover on %s: %w", n.Addr(), err)
-		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			err := r.settleCitusPart(ctx, m, st, n)
+			if errors.Is(err, metadata.ErrUnreachable) {
+				r.log.Warn("a metadata node is unreachable; its part of the cutover is settled when it is back", zap.String("node", n.Addr()), zap.Error(err))
+				return
+			}
+			if err != nil {
+				errs[i] = fmt.Errorf("settle the cutover on %s: %w", n.Addr(), err)
+			}
+		}()
 	}
-	return nil
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
-func (r *run) settleCitusPart(ctx context.Context, m metadata.Move, st metadata.Settlement, n metadata.Node) error {
-	conn, err := r.e.connect(ctx, n)
+func (r *run) settleCitusPart(ctx context.Context, m metadata.Move, st metadata.Settlement, n metadata.Node) (err error) {
+	conn, err := r.e.session(ctx, n)
 	if err != nil {
 		return err
 	}
-	defer conn.Close(context.WithoutCancel(ctx))
+	defer r.e.release(n, conn, &err)
 	if _, err := settleFences(ctx, conn, m.ID, st); err != nil {
 		return err
 	}

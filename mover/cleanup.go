@@ -30,15 +30,21 @@ import (
 func (r *run) cleanup(ctx context.Context, m metadata.Move) error {
 	sp := newSplits()
 	defer sp.log(r.log, "cleanup timings")
-	_, refenced, err := r.settle(ctx, m)
-	if err != nil {
-		return err
+	// A fence this run committed itself, with every Citus part, after
+	// seeing its decision commit is settled: committed transactions cannot
+	// be rolled back by anyone. Otherwise (a restart, a reply lost after
+	// the decision) it is settled here.
+	if !r.decisionSettled {
+		if _, _, err := r.settle(ctx, m); err != nil {
+			return err
+		}
 	}
 	sp.mark("settle")
-	if refenced {
+	if r.carryOverDue {
 		if err := r.carryOver(ctx, m); err != nil {
 			return fmt.Errorf("the source of move %d took writes after the decision (its fence had been rolled back); carrying them to the target failed: %w; the slot is kept so nothing is lost, see `shardmover jobs show`", m.ID, err)
 		}
+		r.carryOverDue = false
 	}
 	r.stopStream()
 	sp.mark("stop_stream")

@@ -28,8 +28,8 @@ func (r *run) connectBoth(ctx context.Context) (*pgx.Conn, *pgx.Conn, error) {
 		return nil, nil, err
 	}
 	// On Citus the target session builds shard tables as Citus's own
-	// shard transfers do (docs/design.md 3). It keeps that name for the
-	// rest of its life, so it is not reused afterwards (releaseBoth).
+	// shard transfers do (docs/design.md 3), under the name of Citus's
+	// rebalancer until releaseBoth names it back.
 	if r.citus() {
 		if err := metadata.ActAsCitusRebalancer(ctx, dst); err != nil {
 			r.e.release(r.source, src, &err)
@@ -41,14 +41,27 @@ func (r *run) connectBoth(ctx context.Context) (*pgx.Conn, *pgx.Conn, error) {
 }
 
 // releaseBoth gives back the sessions of connectBoth: for reuse when the
-// step ended without error (*errp nil), closed otherwise.
+// step ended without error (*errp nil), closed otherwise. On Citus the
+// target session is named back first (RESET application_name, which Citus
+// follows: the session is an ordinary client again); one that cannot be is
+// closed, never pooled under the rebalancer's name (preflight would take
+// it for Citus's own rebalancer at work).
 func (r *run) releaseBoth(src, dst *pgx.Conn, errp *error) {
 	r.e.release(r.source, src, errp)
-	if r.citus() {
-		closeQuietly(dst) // named as Citus's rebalancer
+	if !r.citus() || dst == nil {
+		r.e.release(r.target, dst, errp)
 		return
 	}
-	r.e.release(r.target, dst, errp)
+	var err error
+	if errp != nil {
+		err = *errp
+	}
+	if err == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), sessionCheck)
+		_, err = dst.Exec(ctx, "RESET application_name")
+		cancel()
+	}
+	r.e.release(r.target, dst, &err)
 }
 
 // setup creates the target tables, the publication and the slot with its

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -45,63 +46,89 @@ var errPauseExceeded = errors.New("write pause bound reached")
 // that waits for one in flight, then the fences to match. A decision found
 // committed sends the move on to cleanup; otherwise the attempt below
 // prepares under the freshly bumped epoch.
-func (r *run) cutover(ctx context.Context, m metadata.Move) error {
+func (r *run) cutover(ctx context.Context, m metadata.Move) (err error) {
+	sp := newSplits()
+	defer sp.log(r.log, "cutover prelude timings")
+	// The sessions of the attempt are opened, all at once, while the
+	// decision is settled (clean ones of the pool when there are): the
+	// source's that locks and fences, a second on the source that flushes
+	// its WAL at the recorded position (step 2), one on the target to
+	// compare definitions and finish identity columns under the lock, and
+	// on Citus one on every other metadata node. They go back to the pool
+	// only when the attempt ended without error and each is idle outside a
+	// transaction (a prepared fence is no longer its session's).
+	//
+	// The first definitions read on a session plans its catalog queries
+	// (tens of milliseconds); later reads reuse the plans. So both the
+	// source's and the target's session read once as soon as they are
+	// open, while the decision is settled and the applier catches up, and
+	// the read inside the pause is quick. Only a warm-up: a failure shows
+	// again, and counts, inside the attempt. Bounded, so that a lost reply
+	// cannot hold the cutover here (a cancelled read closes its session,
+	// and the attempt then fails and is retried).
+	var (
+		src, flush, dst *pgx.Conn
+		cc              *citusCutover
+		connErr         [4]error
+		connected       = make(chan struct{})
+		warmed          = make(chan struct{})
+	)
+	wctx, cancelWarm := context.WithTimeout(ctx, 5*time.Second)
+	go func() {
+		defer close(warmed)
+		var wg sync.WaitGroup
+		wg.Add(3)
+		go func() { defer wg.Done(); src, connErr[0] = r.e.session(wctx, r.source) }()
+		go func() { defer wg.Done(); flush, connErr[1] = r.e.session(wctx, r.source) }()
+		go func() { defer wg.Done(); dst, connErr[2] = r.e.session(wctx, r.target) }()
+		cc, connErr[3] = r.openCitus(wctx)
+		wg.Wait()
+		close(connected)
+		if errors.Join(connErr[:]...) != nil {
+			return
+		}
+		tables := shardIdents(m)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, _ = metadata.ReadTablesDDL(wctx, dst, tables)
+		}()
+		_, _ = metadata.ReadTablesDDL(wctx, src, tables)
+		wg.Wait()
+	}()
+	defer func() {
+		cancelWarm()
+		<-warmed
+		r.e.release(r.source, src, &err)
+		r.e.release(r.source, flush, &err)
+		r.e.release(r.target, dst, &err)
+		cc.release(ctx, r.e, &err)
+	}()
 	st, _, err := r.settle(ctx, m)
 	if err != nil {
 		return err
 	}
+	sp.mark("settle")
 	if st.Committed {
 		return metadata.ErrPhaseConflict // re-read: the move is past its decision
 	}
 	m.CutoverEpoch = st.Epoch
-	src, err := r.e.connect(ctx, r.source)
-	if err != nil {
+	<-connected
+	if err := errors.Join(connErr[:]...); err != nil {
 		return err
 	}
-	defer src.Close(context.WithoutCancel(ctx))
-	// A second session flushes the source's WAL at the recorded position
-	// (step 2): opened now, not inside the pause.
-	flush, err := r.e.connect(ctx, r.source)
-	if err != nil {
-		return err
-	}
-	defer flush.Close(context.WithoutCancel(ctx))
-	// And one on the target, to compare definitions and finish identity
-	// columns under the lock.
-	dst, err := r.e.connect(ctx, r.target)
-	if err != nil {
-		return err
-	}
-	defer dst.Close(context.WithoutCancel(ctx))
-	// The first definitions read on a session plans its catalog queries
-	// (tens of milliseconds); later reads reuse the plans. Both sessions
-	// read once now, so that the read inside the pause is quick. Only a
-	// warm-up: a failure shows again, and counts, inside the attempt.
-	// Bounded, so that a lost reply cannot hold the cutover here (a
-	// cancelled read closes its session, and the attempt then fails and
-	// is retried).
-	tables := shardIdents(m)
-	wctx, cancelWarm := context.WithTimeout(ctx, 5*time.Second)
-	warm := make(chan struct{})
-	go func() {
-		defer close(warm)
-		_, _ = metadata.ReadTablesDDL(wctx, dst, tables)
-	}()
-	_, _ = metadata.ReadTablesDDL(wctx, src, tables)
-	<-warm
-	cancelWarm()
-	// On Citus, one on every other metadata node.
-	cc, err := r.openCitus(ctx)
-	if err != nil {
-		return err
-	}
-	defer cc.close(ctx)
+	sp.mark("connect")
 	if err := r.startStream(ctx, m); err != nil {
 		return err
 	}
 	r.catchUpBeforePause(ctx, flush)
+	sp.mark("catch_up")
+	<-warmed // the attempt uses the sessions the warm-up read on
+	sp.mark("warm")
+	cancelWarm()
 
 	err = r.tryCutover(ctx, m, cutoverConns{src: src, flush: flush, dst: dst, citus: cc})
+	sp.mark("attempt")
 	switch {
 	case err == nil:
 		r.cutoverBackoff = r.e.cfg.CutoverBackoff
@@ -314,27 +341,36 @@ func (r *run) tryCutover(ctx context.Context, m metadata.Move, c cutoverConns) e
 			}
 			return fmt.Errorf("cutover decision: %w", err)
 		}
-		// Committed after all; settle committed the fence.
+		// Committed after all; settle committed the fence and every part.
 		r.log.Info("cutover decision committed after all")
+		r.decisionSettled = true
 		r.finishTarget(ctx, dtx)
 	} else {
 		if err := r.atCutoverStep(CutoverDecided); err != nil {
 			return err
 		}
 		r.finishTarget(ctx, dtx)
-		if _, err := settlePrepared(context.WithoutCancel(ctx), src, gid, true); err != nil {
+		found, err := settlePrepared(context.WithoutCancel(ctx), src, gid, true)
+		if err != nil {
 			// The decision stands; cleanup settles the fence again.
 			return fmt.Errorf("commit fence: %w", err)
 		}
-		if c.citus != nil {
-			r.commitCitusParts(context.WithoutCancel(ctx), c.citus.parts, gid)
+		// A fence or part not found was rolled back by someone after it
+		// was prepared: cleanup's settlement re-establishes it.
+		r.decisionSettled = found
+		if c.citus != nil && !r.commitCitusParts(context.WithoutCancel(ctx), c.citus.parts, gid) {
+			r.decisionSettled = false
 		}
 	}
 	pause := time.Since(pauseStart)
+	sp.mark("commit")
 	r.log.Info("cutover committed", zap.Duration("write_pause", pause), zap.Stringer("lsn", lsn))
 	r.recordPause(m.ID, pause)
 	r.stopStream()
-	return r.changePhase(ctx, m, Cutover, Cleanup, decided, fmt.Sprintf("placements flipped; writes paused %s", pause.Round(time.Millisecond)), "")
+	sp.mark("stop_stream")
+	err = r.changePhase(ctx, m, Cutover, Cleanup, decided, fmt.Sprintf("placements flipped; writes paused %s", pause.Round(time.Millisecond)), "")
+	sp.mark("phase")
+	return err
 }
 
 // finishTarget commits the target transaction that finished identity

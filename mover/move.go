@@ -40,6 +40,15 @@ type run struct {
 	// targetFinished: this run committed the target's identity finishing
 	// after the decision, so cleanup need not read both definitions again.
 	targetFinished bool
+	// decisionSettled: this run saw its decision commit and then committed
+	// the fence and every Citus part itself (each found prepared), so the
+	// cleanup phase of this run need not settle them again. A new run
+	// (after a restart) always settles.
+	decisionSettled bool
+	// carryOverDue: a settlement in this run re-established the fence of a
+	// committed decision; cleanup carries over what the source took before
+	// it drops the slot.
+	carryOverDue bool
 }
 
 // leaseTries and leaseRetry bound how long Run waits for a held move.

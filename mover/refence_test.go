@@ -3,6 +3,7 @@ package mover_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -23,40 +24,63 @@ import (
 // renames the source's shards again, carries the write the source took to
 // the target before dropping the slot, and finishes the move.
 func TestFenceGoneAfterTheDecisionIsReestablished(t *testing.T) {
+	fenceRolledBackAfterDecision(t, true)
+}
+
+// TestFenceGoneBeforeItsCommitIsReestablished: the same, but the mover
+// lives on: the fence is rolled back (and the stale write taken) between
+// the decision and the mover's own COMMIT PREPARED. That commit finds no
+// fence, so the same run's cleanup must settle, re-fence and carry the
+// write over, not take the fence it prepared as committed.
+func TestFenceGoneBeforeItsCommitIsReestablished(t *testing.T) {
+	fenceRolledBackAfterDecision(t, false)
+}
+
+func fenceRolledBackAfterDecision(t *testing.T, die bool) {
 	c := newCluster(t, 4, 100, 1000)
 	target := c.newNode(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	shard, sourceGroup := groupShard(t, c, 0)
 	src := nodeOfGroup(t, c, sourceGroup)
-
-	cfg := testConfig(t)
-	cfg.CutoverStep = func(_ int64, step string) error {
-		if step == "decided" {
-			return errors.New("die after the decision, before COMMIT PREPARED")
-		}
-		return nil
-	}
-	m := scheduleMove(t, mover.New(cfg, c.cat), shard, target)
-	require.ErrorIs(t, mover.New(cfg, c.cat).Run(ctx, m.ID), mover.ErrKilled)
-	got, err := c.cat.Move(ctx, m.ID)
-	require.NoError(t, err)
-	require.True(t, got.CutoverCommitted, "the decision committed before the kill")
-
 	conn, err := c.cat.ConnectNode(ctx, src.Host, src.Port)
 	require.NoError(t, err)
 	defer conn.Close(ctx)
-	var gids []string
-	rows, err := conn.Query(ctx, "SELECT gid FROM pg_prepared_xacts WHERE gid LIKE 'shardmover%'")
-	require.NoError(t, err)
-	gids, err = pgx.CollectRows(rows, pgx.RowTo[string])
-	require.NoError(t, err)
-	require.Len(t, gids, 1, "the fence is prepared")
-	_, err = conn.Exec(ctx, "ROLLBACK PREPARED '"+gids[0]+"'")
-	require.NoError(t, err)
 
-	// A stale client writes to the source's shard, back under its name.
 	var users pgx.Identifier
+	// rollBackAndWrite rolls the prepared fence back by hand, and a stale
+	// client writes to the source's shard, back under its name.
+	rollBackAndWrite := func() error {
+		rows, err := conn.Query(ctx, "SELECT gid FROM pg_prepared_xacts WHERE gid LIKE 'shardmover%'")
+		if err != nil {
+			return err
+		}
+		gids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return err
+		}
+		if len(gids) != 1 {
+			return fmt.Errorf("want one prepared fence, found %v", gids)
+		}
+		if _, err := conn.Exec(ctx, "ROLLBACK PREPARED '"+gids[0]+"'"); err != nil {
+			return err
+		}
+		_, err = conn.Exec(ctx, "INSERT INTO "+users.Sanitize()+" (user_id, login, created_at) VALUES (987654321, 'stale', now())")
+		return err
+	}
+	var hookErr error
+	cfg := testConfig(t)
+	cfg.CutoverStep = func(_ int64, step string) error {
+		if step != "decided" {
+			return nil
+		}
+		if die {
+			return errors.New("die after the decision, before COMMIT PREPARED")
+		}
+		hookErr = rollBackAndWrite()
+		return nil
+	}
+	m := scheduleMove(t, mover.New(cfg, c.cat), shard, target)
 	for _, name := range m.ShardTables {
 		id, err := metadata.ParseQualifiedName(name)
 		require.NoError(t, err)
@@ -65,10 +89,17 @@ func TestFenceGoneAfterTheDecisionIsReestablished(t *testing.T) {
 		}
 	}
 	require.NotNil(t, users)
-	_, err = conn.Exec(ctx, "INSERT INTO "+users.Sanitize()+" (user_id, login, created_at) VALUES (987654321, 'stale', now())")
-	require.NoError(t, err)
-
-	require.NoError(t, mover.New(testConfig(t), c.cat).Run(ctx, m.ID))
+	if die {
+		require.ErrorIs(t, mover.New(cfg, c.cat).Run(ctx, m.ID), mover.ErrKilled)
+		got, err := c.cat.Move(ctx, m.ID)
+		require.NoError(t, err)
+		require.True(t, got.CutoverCommitted, "the decision committed before the kill")
+		require.NoError(t, rollBackAndWrite())
+		require.NoError(t, mover.New(testConfig(t), c.cat).Run(ctx, m.ID))
+	} else {
+		require.NoError(t, mover.New(cfg, c.cat).Run(ctx, m.ID))
+		require.NoError(t, hookErr)
+	}
 	done, err := c.cat.Move(ctx, m.ID)
 	require.NoError(t, err)
 	assert.Equal(t, "done", string(done.Phase))

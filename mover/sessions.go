@@ -18,15 +18,19 @@ import (
 //
 // Only clean sessions come back: no transaction open, the step that used
 // it ended without error, and nothing changed its session state for good
-// (on Citus the target session that acts as Citus's rebalancer is closed
-// instead). A session found idle is checked with a round trip before it is
-// handed out; one that does not answer is closed and a new one opened, so
-// a node restarted in between costs nothing but that check. Idle sessions
-// are closed after sessionIdle, and at most sessionsPerNode wait per node.
+// (on Citus the target session that acted as Citus's rebalancer is named
+// back first, releaseBoth). A session found idle is checked with a round
+// trip before it is handed out; one that does not answer is closed and a
+// new one opened, so a node restarted in between costs nothing but that
+// check. Idle sessions are closed after sessionIdle, and at most
+// sessionsPerNode wait per node.
 //
-// The cutover, the settlement of fences, catch-up and the copy open
-// sessions of their own: they hold transactions and locks whose lifetime
-// must be exactly theirs.
+// The cutover and the settlement of fences take sessions from the pool too
+// (their transactions end with the attempt: committed, rolled back or
+// prepared, which detaches them from the session) and give them back only
+// when the attempt ended without error. Catch-up and the copy open
+// sessions of their own: the copy's hold an exported snapshot for as long
+// as it lasts, and the stream's are replication connections.
 type sessionPool struct {
 	mu   sync.Mutex
 	idle map[string][]*idleSession // by node host:port

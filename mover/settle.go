@@ -148,6 +148,10 @@ func (r *run) settle(ctx context.Context, m metadata.Move) (st metadata.Settleme
 		// A re-fence done by an attempt that failed later still needs its
 		// carry-over: the next attempt finds nothing left to rename.
 		refenced = refenced || again
+		// Whichever settlement re-fenced, the carry-over is due until
+		// cleanup has done it (the next settlement finds the fence in
+		// place and would not say so again).
+		r.carryOverDue = r.carryOverDue || again
 		if err == nil {
 			return st, refenced, nil
 		}
@@ -179,11 +183,13 @@ func (r *run) settleOnce(ctx context.Context, m metadata.Move) (st metadata.Sett
 	if err != nil {
 		return st, false, false, err
 	}
-	src, err := r.e.connect(ctx, r.source)
+	// A clean session of the pool will do: settling holds nothing past
+	// its own statements (a failed one closes the session, see release).
+	src, err := r.e.session(ctx, r.source)
 	if err != nil {
 		return st, true, false, err
 	}
-	defer src.Close(ctx)
+	defer r.e.release(r.source, src, &err)
 	found, err := settleFences(ctx, src, m.ID, st)
 	if err != nil {
 		return st, true, false, err
