@@ -46,7 +46,7 @@ BENCH_COUNT ?= 3
 BENCH_ENV   ?= SHARDMOVER_BENCH_CITUS_MB=150 SHARDMOVER_BENCH_MB=64 SHARDMOVER_BENCH_CHANGES=30000 SHARDMOVER_BENCH_APPLY_ROWS=200000 SHARDMOVER_BENCH_EVENTS=60000
 BENCH_OUT   := bin/bench.txt
 BENCH_LOAD  := bin/bench-load.txt
-BENCH_GO1   := $(GO) test -p 1 -count=1 -run '^$$' -bench '^(BenchmarkCitusRebalance|BenchmarkApply|BenchmarkCopy|BenchmarkMoveUnderWorkload|BenchmarkMoveMemory)$$' -benchtime=1x -timeout 60m ./scheduler ./replication ./e2e
+BENCH_GO1   := $(GO) test -p 1 -count=1 -run '^$$' -bench '^(BenchmarkCitusRebalance|BenchmarkApply|BenchmarkCopy|BenchmarkMoveUnderWorkload|BenchmarkMoveMemory|BenchmarkMoveFixedCost)$$' -benchtime=1x -timeout 60m ./scheduler ./replication ./e2e ./mover
 BENCH_GO2   := $(GO) test -count=1 -run '^$$' -bench '^BenchmarkPlan$$' -timeout 30m ./planner
 bench: deps
 	@mkdir -p bin && rm -f $(BENCH_OUT) $(BENCH_LOAD)

@@ -21,7 +21,7 @@ import (
 // distributed by Citus on two workers, a reference table, a distributed
 // schema (schema-based sharding) with rows, and a third worker added with
 // citus_add_node that holds nothing yet (not even the reference table).
-func newCitusCluster(t *testing.T, shards int, users, events int64) *cluster {
+func newCitusCluster(t testing.TB, shards int, users, events int64) *cluster {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()

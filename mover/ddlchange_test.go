@@ -16,7 +16,7 @@ import (
 )
 
 // nodeOfGroup returns the node of group g.
-func nodeOfGroup(t *testing.T, c *cluster, g int32) metadata.Node {
+func nodeOfGroup(t testing.TB, c *cluster, g int32) metadata.Node {
 	t.Helper()
 	nodes, err := c.cat.Nodes(context.Background())
 	require.NoError(t, err)

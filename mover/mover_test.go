@@ -45,7 +45,7 @@ func newCluster(t *testing.T, shards int, users, events int64) *cluster {
 	return &cluster{sb: sb, cat: cat, r: r}
 }
 
-func (c *cluster) newNode(t *testing.T) metadata.Node {
+func (c *cluster) newNode(t testing.TB) metadata.Node {
 	t.Helper()
 	nodes, err := c.cat.Nodes(context.Background())
 	require.NoError(t, err)

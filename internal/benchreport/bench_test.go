@@ -312,3 +312,19 @@ func TestTargetsMemoryRun(t *testing.T) {
 	require.Contains(t, doc, "| `shardmover move` peak RSS moving one shard group of 1026 MB | BenchmarkMoveMemory | peak_rss_MB | 1 | 29.93 | 29.93 | 29.93 | under 150 MB | 1 of 1 runs |\n")
 	require.Contains(t, doc, "| max_write_pause_ms | missing: BenchmarkMoveUnderWorkload/clients=8 is not in the output | missing: BenchmarkMoveUnderWorkload/clients=32 is not in the output | — |\n")
 }
+
+// The fixed-cost benchmark: both sides next to each other (the ratio per
+// run), and its overhead held against 500 ms.
+func TestFixedCost(t *testing.T) {
+	in := "pkg: m\nBenchmarkMoveFixedCost/shardmover-2 \t 1\t 5 ns/op\t 420 move_ms\t 225 overhead_ms\n" +
+		"BenchmarkMoveFixedCost/citus-2 \t 1\t 5 ns/op\t 6300 move_ms\n" +
+		"pkg: m\nBenchmarkMoveFixedCost/shardmover-2 \t 1\t 5 ns/op\t 600 move_ms\t 520 overhead_ms\n" +
+		"BenchmarkMoveFixedCost/citus-2 \t 1\t 5 ns/op\t 6000 move_ms\n"
+	o, err := Parse(strings.NewReader(in))
+	require.NoError(t, err)
+	var buf bytes.Buffer
+	require.NoError(t, Render(&buf, Report{Output: o, SideBySides: DefaultSideBySides, Targets: DefaultTargets}))
+	doc := buf.String()
+	require.Contains(t, doc, "| move_ms | 420.0 / 510.0 / 600.0 | 6000 / 6150 / 6300 | 10.00 / 12.50 / 15.00 |\n")
+	require.Contains(t, doc, "| BenchmarkMoveFixedCost/shardmover | overhead_ms | 2 | 225.0 | 372.5 | 520.0 | under 500 ms | 1 of 2 runs |\n")
+}

@@ -27,8 +27,10 @@
 //     column to the first taken per run as a Comparison takes it; a Target
 //     holds one metric of one benchmark against a ceiling and counts the
 //     runs under it. DefaultSideBySides (the cutover pauses with 8 and 32
-//     clients) and DefaultTargets (the mover's peak RSS moving one large
-//     shard group, under 150 MB) are BENCHMARKS.md's key figures; a
+//     clients; one move of a small shard group by shardmover and by Citus)
+//     and DefaultTargets (the mover's peak RSS moving one large shard group,
+//     under 150 MB; a move's fixed cost, under 500 ms) are BENCHMARKS.md's
+//     key figures; a
 //     benchmark with no result gives a cell saying why, as a comparison does.
 //   - Render writes the document: the machine facts (CPU model and count,
 //     memory, OS, Go, PostgreSQL and Citus versions, the load average at the

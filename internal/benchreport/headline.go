@@ -50,12 +50,27 @@ var DefaultSideBySides = []SideBySide{{
 	Meaning: "The same moves (4 shard groups, one after another) under a routed workload of 8 and of 32 clients. " +
 		"max_write_pause_ms is the longest write pause the mover measured in its cutovers; cutover_p50/p99/max_ms are " +
 		"the latencies of the writes acknowledged from 2 s before to 1 s after each cutover. A ratio above 1: the pause grew with the clients.",
+}, {
+	Title: "One move of a small shard group, shardmover and Citus",
+	Columns: []Column{
+		{Label: "shardmover", Name: "BenchmarkMoveFixedCost/shardmover"},
+		{Label: "Citus citus_move_shard_placement, force_logical", Name: "BenchmarkMoveFixedCost/citus"},
+	},
+	Metrics: []string{"move_ms", "schedule_ms", "overhead_ms", "copy_ms", "catchup_ms"},
+	Ratio:   "Citus ÷ shardmover",
+	Meaning: "Shard groups of about 60 kB (github_users and github_events), each moved on its own from its worker to an added one on an idle Citus cluster, " +
+		"after one untimed move per side. move_ms is the mean wall time of one move from the request until it returned done; for shardmover, " +
+		"schedule_ms is what comes before the engine runs it (catalog snapshot, checks, journal rows), overhead_ms the engine's time outside copying " +
+		"and catching up (preflight, setup, indexing, cutover, cleanup), copy_ms and catchup_ms the rest. A ratio above 1: Citus took longer.",
 }}
 
 // DefaultTargets are BENCHMARKS.md's figures with a target.
 var DefaultTargets = []Target{{
 	Title: "`shardmover move` peak RSS moving one shard group of {group_MB} MB",
 	Name:  "BenchmarkMoveMemory", Metric: "peak_rss_MB", Below: 150, Unit: "MB",
+}, {
+	Title: "a move's fixed cost: the engine's time outside copying and catching up, per move of a small shard group",
+	Name:  "BenchmarkMoveFixedCost/shardmover", Metric: "overhead_ms", Below: 500, Unit: "ms",
 }}
 
 // results returns the results of the benchmark called name in whichever
