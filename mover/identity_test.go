@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -19,16 +20,47 @@ import (
 // cutover sets them to the source's kind in a target transaction that
 // commits right after the decision. A mover killed between the decision and
 // that commit leaves them unfinished; the cleanup phase of the next run must
-// finish them (kind ALWAYS, sequence past every value the table holds), or
-// the application's next insert would reuse an id.
+// finish them (the source's kind, sequence past every value the table
+// holds), or the application's next insert would reuse an id. A BY DEFAULT
+// column has the kind it must end with already.
 func TestIdentityFinishedAfterADeathAtTheDecision(t *testing.T) {
+	for _, kind := range []string{"ALWAYS", "BY DEFAULT"} {
+		t.Run(kind, func(t *testing.T) {
+			identityAfterDeath(t, kind, nil)
+		})
+	}
+}
+
+// TestIdentityFinishedWhenTheOldTableIsGone: the same death, and then the
+// old shard dropped by hand before the next run: its cleanup cannot read
+// the source's kind any more. It must still finish the move (not stay in
+// cleanup, holding its slot), with the sequence past every id the target
+// holds; the column keeps BY DEFAULT (the log says how to set it).
+func TestIdentityFinishedWhenTheOldTableIsGone(t *testing.T) {
+	identityAfterDeath(t, "ALWAYS", func(ctx context.Context, src *pgx.Conn, old string) {
+		// The settlement of the next run would commit the prepared fence;
+		// here it is committed by hand, and the old shard dropped.
+		var gid string
+		require.NoError(t, src.QueryRow(ctx, "SELECT gid FROM pg_prepared_xacts WHERE gid LIKE 'shardmover%'").Scan(&gid))
+		_, err := src.Exec(ctx, "COMMIT PREPARED '"+gid+"'")
+		require.NoError(t, err)
+		_, err = src.Exec(ctx, "DROP TABLE "+old)
+		require.NoError(t, err)
+	})
+}
+
+// identityAfterDeath moves a shard of a table with an identity column of
+// kind, kills the mover between the decision and the target's commit, runs
+// gone (when set) on the source with the old shard's name, then resumes the
+// move and checks the target's identity column.
+func identityAfterDeath(t *testing.T, kind string, gone func(ctx context.Context, src *pgx.Conn, old string)) {
 	sb, cat := sandboxtest.NewCompat(t, 2)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	coord, err := cat.ConnectNode(ctx, sb.Coordinator().Host, sb.Coordinator().Port)
 	require.NoError(t, err)
 	defer coord.Close(ctx)
-	_, err = coord.Exec(ctx, "CREATE TABLE items (tenant bigint NOT NULL, id bigint GENERATED ALWAYS AS IDENTITY, note text, PRIMARY KEY (tenant, id))")
+	_, err = coord.Exec(ctx, "CREATE TABLE items (tenant bigint NOT NULL, id bigint GENERATED "+kind+" AS IDENTITY, note text, PRIMARY KEY (tenant, id))")
 	require.NoError(t, err)
 	_, err = cat.CreateDistributedTable(ctx, metadata.DistributeOptions{Table: "items", Column: "tenant", ShardCount: 2})
 	require.NoError(t, err)
@@ -39,14 +71,22 @@ func TestIdentityFinishedAfterADeathAtTheDecision(t *testing.T) {
 
 	cl, err := cat.Snapshot(ctx, metadata.SnapshotOptions{SkipSizes: true})
 	require.NoError(t, err)
-	shard := cl.Groups[0].ShardIDs[0]
-	var ident string
+	var group metadata.ShardGroup
+	for _, g := range cl.Groups {
+		if len(g.ShardIDs) == 1 && g.GroupID != target.GroupID {
+			group = g
+		}
+	}
+	require.NotEmpty(t, group.ShardIDs)
+	shard := group.ShardIDs[0]
+	var ident, old string
 	for _, s := range cl.Shards {
 		if s.ID == shard {
 			ident = s.Ident().Sanitize()
+			old = pgx.Identifier{s.Ident()[0], metadata.FencedName(s.Ident()[1], 1)}.Sanitize()
 		}
 	}
-	src, ok := cl.NodeByGroup(cl.Groups[0].GroupID)
+	src, ok := cl.NodeByGroup(group.GroupID)
 	require.True(t, ok)
 	sconn, err := cat.ConnectNode(ctx, src.Host, src.Port)
 	require.NoError(t, err)
@@ -72,21 +112,30 @@ func TestIdentityFinishedAfterADeathAtTheDecision(t *testing.T) {
 	}
 	eng := mover.New(cfg, cat)
 	m := scheduleMove(t, eng, shard, target)
+	require.Equal(t, int64(1), m.ID, "the old shard's fenced name assumes move 1")
 	err = eng.Run(ctx, m.ID)
 	require.ErrorIs(t, err, mover.ErrKilled)
 
 	tconn, err := cat.ConnectNode(ctx, target.Host, target.Port)
 	require.NoError(t, err)
 	defer tconn.Close(ctx)
-	var kind string
-	require.NoError(t, tconn.QueryRow(ctx, "SELECT attidentity::text FROM pg_attribute WHERE attrelid = $1::regclass AND attname = 'id'", ident).Scan(&kind))
-	assert.Equal(t, "d", kind, "the kill left the identity unfinished (else the test tests nothing)")
+	var got string
+	require.NoError(t, tconn.QueryRow(ctx, "SELECT attidentity::text FROM pg_attribute WHERE attrelid = $1::regclass AND attname = 'id'", ident).Scan(&got))
+	assert.Equal(t, "d", got, "the kill left the identity unfinished (BY DEFAULT on the target until the cutover's commit)")
+	if gone != nil {
+		gone(ctx, sconn, old)
+	}
 
 	require.NoError(t, mover.New(testConfig(t), cat).Run(ctx, m.ID))
-	require.NoError(t, tconn.QueryRow(ctx, "SELECT attidentity::text FROM pg_attribute WHERE attrelid = $1::regclass AND attname = 'id'", ident).Scan(&kind))
-	assert.Equal(t, "a", kind, "GENERATED ALWAYS again, as on the source")
+	require.NoError(t, tconn.QueryRow(ctx, "SELECT attidentity::text FROM pg_attribute WHERE attrelid = $1::regclass AND attname = 'id'", ident).Scan(&got))
+	want := map[string]string{"ALWAYS": "a", "BY DEFAULT": "d"}[kind]
+	if gone != nil {
+		want = "d" // the source's kind could not be read
+	}
+	assert.Equal(t, want, got, "the kind, GENERATED %s on the source", kind)
 	var maxID, next int64
 	require.NoError(t, tconn.QueryRow(ctx, "SELECT max(id) FROM "+ident).Scan(&maxID))
+	require.Equal(t, int64(55), maxID)
 	require.NoError(t, tconn.QueryRow(ctx, "INSERT INTO "+ident+" (tenant, note) VALUES (1, 'after') RETURNING id").Scan(&next))
 	assert.Greater(t, next, maxID, "the next identity value is past every id the table holds")
 }
