@@ -25,12 +25,12 @@ import (
 // check. Idle sessions are closed after sessionIdle, and at most
 // sessionsPerNode wait per node.
 //
-// The cutover and the settlement of fences take sessions from the pool too
-// (their transactions end with the attempt: committed, rolled back or
-// prepared, which detaches them from the session) and give them back only
-// when the attempt ended without error. Catch-up and the copy open
-// sessions of their own: the copy's hold an exported snapshot for as long
-// as it lasts, and the stream's are replication connections.
+// The cutover, the settlement of fences and catch-up take sessions from
+// the pool too (their transactions end with the attempt: committed, rolled
+// back or prepared, which detaches them from the session) and give them
+// back only when the attempt ended without error. The copy opens sessions
+// of its own (they hold an exported snapshot for as long as it lasts), and
+// the stream's are replication connections.
 type sessionPool struct {
 	mu   sync.Mutex
 	idle map[string][]*idleSession // by node host:port
