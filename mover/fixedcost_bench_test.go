@@ -1,10 +1,11 @@
 package mover_test
 
 // BenchmarkMoveFixedCost: what one move costs besides its data, side by
-// side with Citus's own move of a shard group of the same size, on one
-// Citus cluster (github tables with 200 users and 2,000 events in 32
-// colocated shards, about 0.1 MB per shard group; two workers and a third
-// added empty), with nothing else running.
+// side with Citus's own move of other shard groups of the same tables, on
+// one Citus cluster (github tables with 200 users and 2,000 events in 32
+// colocated shards, about 0.1 MB per shard group on average, the events
+// skewed towards a few users; two workers and a third added empty), with
+// nothing else running.
 //
 //	go test ./mover -run '^$' -bench BenchmarkMoveFixedCost -benchtime=1x
 //
