@@ -9,7 +9,10 @@
 //
 // Contract:
 //
-//   - Install creates the compat catalogs; running it again changes nothing.
+//   - Install creates the compat catalogs (and InstallJournal the journal);
+//     running either again changes nothing, and once shardmover.installed
+//     records this version's statements it runs none of them, so it takes
+//     no lock a writer of the catalogs or the journal holds.
 //   - Snapshot returns one consistent view of nodes, distributed tables,
 //     colocation groups, shards with hash ranges, placements and shard groups,
 //     read in a single REPEATABLE READ transaction; sizes are then measured on

@@ -170,6 +170,7 @@ var journalDDL = []string{
 	`ALTER TABLE shardmover.moves ADD COLUMN IF NOT EXISTS cutover_epoch bigint NOT NULL DEFAULT 0`,
 	// The epoch of the daemon leadership that created or last adopted the job (metadata/leader.go); 0: not a daemon's.
 	`ALTER TABLE shardmover.jobs ADD COLUMN IF NOT EXISTS leader_epoch bigint NOT NULL DEFAULT 0`,
+	installedDDL,
 }
 
 // Cleanup policies.
@@ -250,7 +251,16 @@ type CleanupRecord struct {
 // On Citus the journal stays on the coordinator: its DDL is not propagated
 // (Citus would send CREATE SCHEMA to every metadata node, and refuses to
 // while one of them is out of sync).
-func (c *Catalog) InstallJournal(ctx context.Context) error {
+func (c *Catalog) InstallJournal(ctx context.Context) (err error) {
+	want := map[string]string{partJournal: journalVersion}
+	if c.installedAlready(ctx, want) {
+		return nil
+	}
+	defer func() {
+		if err == nil {
+			c.recordInstalled(ctx, want)
+		}
+	}()
 	return c.tx(ctx, func(tx pgx.Tx) error {
 		if c.flavor == Citus {
 			if _, err := tx.Exec(ctx, "SET LOCAL citus.enable_ddl_propagation = off"); err != nil {

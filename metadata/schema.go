@@ -81,10 +81,21 @@ var compatDDL = []string{
 // registers the coordinator as group 0 with shouldhaveshards = false, as
 // Citus's citus_set_coordinator_host does. On a citus cluster it only
 // installs the journal.
-func (c *Catalog) Install(ctx context.Context) error {
+func (c *Catalog) Install(ctx context.Context) (err error) {
 	if c.flavor == Citus {
 		return c.InstallJournal(ctx)
 	}
+	// Installed at this version already (installed.go): the coordinator was
+	// registered in the same transaction.
+	want := map[string]string{partCompat: compatVersion, partJournal: journalVersion}
+	if c.installedAlready(ctx, want) {
+		return nil
+	}
+	defer func() {
+		if err == nil {
+			c.recordInstalled(ctx, want)
+		}
+	}()
 	cfg := c.pool.Config().ConnConfig
 	return c.tx(ctx, func(tx pgx.Tx) error {
 		for _, stmt := range append(append([]string(nil), compatDDL...), journalDDL...) {
