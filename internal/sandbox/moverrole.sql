@@ -53,8 +53,9 @@ SELECT format('GRANT UPDATE (shouldhaveshards) ON TABLE shardmover_catalog.pg_di
 -- 8. The journal (schema shardmover on the coordinator): shardmover
 --    creates it when it is missing (CREATE on the database, step 3) and
 --    then owns it. When a superuser created it, it is handed over here, as
---    every run re-installs it (CREATE ... IF NOT EXISTS, ALTER TABLE ... ADD
---    COLUMN IF NOT EXISTS need the owner). Its sequences go with their tables.
+--    the first run of every version installs it (CREATE ... IF NOT EXISTS,
+--    ALTER TABLE ... ADD COLUMN IF NOT EXISTS need the owner) and records
+--    that in shardmover.installed. Its sequences go with their tables.
 SELECT format('ALTER SCHEMA %I OWNER TO %I', nspname, :'role') FROM pg_catalog.pg_namespace WHERE nspname = 'shardmover' \gexec
 SELECT format('ALTER TABLE %I.%I OWNER TO %I', n.nspname, c.relname, :'role') FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'shardmover' AND c.relkind IN ('r', 'p') \gexec
 
