@@ -58,7 +58,8 @@
 //     BlockCitusWrites blocks Citus-routed writes to a shard group (on a
 //     move's target, before the writes take their snapshot);
 //     UpdatePlacements flips a node's copy of the placements through
-//     Citus's own function inside the caller's transaction; the decision (OpenDecision, Decision.BlockWrites, Decision.Commit) flips
+//     Citus's own function inside the caller's transaction; the decision
+//     (OpenDecision, Decision.BlockWrites, Decision.Commit) flips
 //     the coordinator's and records the old shards in Citus's deferred
 //     cleanup; CitusBusy, CitusDefaultStrategy and EnsureReferenceTables
 //     read and prepare what a Citus move needs.
