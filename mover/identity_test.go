@@ -49,6 +49,13 @@ func TestIdentityFinishedWhenTheOldTableIsGone(t *testing.T) {
 	})
 }
 
+// idName is the identity column of identityAfterDeath's table, idCol the
+// same quoted.
+const (
+	idName = `I"d'); DROP TABLE items; --`
+	idCol  = `"I""d'); DROP TABLE items; --"`
+)
+
 // identityAfterDeath moves a shard of a table with an identity column of
 // kind, kills the mover between the decision and the target's commit, runs
 // gone (when set) on the source with the old shard's name, then resumes the
@@ -60,7 +67,9 @@ func identityAfterDeath(t *testing.T, kind string, gone func(ctx context.Context
 	coord, err := cat.ConnectNode(ctx, sb.Coordinator().Host, sb.Coordinator().Port)
 	require.NoError(t, err)
 	defer coord.Close(ctx)
-	_, err = coord.Exec(ctx, "CREATE TABLE items (tenant bigint NOT NULL, id bigint GENERATED "+kind+" AS IDENTITY, note text, PRIMARY KEY (tenant, id))")
+	// The identity column's name is hostile: every statement that finishes
+	// it must quote it.
+	_, err = coord.Exec(ctx, "CREATE TABLE items (tenant bigint NOT NULL, "+idCol+" bigint GENERATED "+kind+" AS IDENTITY, note text, PRIMARY KEY (tenant, "+idCol+"))")
 	require.NoError(t, err)
 	_, err = cat.CreateDistributedTable(ctx, metadata.DistributeOptions{Table: "items", Column: "tenant", ShardCount: 2})
 	require.NoError(t, err)
@@ -120,22 +129,22 @@ func identityAfterDeath(t *testing.T, kind string, gone func(ctx context.Context
 	require.NoError(t, err)
 	defer tconn.Close(ctx)
 	var got string
-	require.NoError(t, tconn.QueryRow(ctx, "SELECT attidentity::text FROM pg_attribute WHERE attrelid = $1::regclass AND attname = 'id'", ident).Scan(&got))
+	require.NoError(t, tconn.QueryRow(ctx, "SELECT attidentity::text FROM pg_attribute WHERE attrelid = $1::regclass AND attname = $2", ident, idName).Scan(&got))
 	assert.Equal(t, "d", got, "the kill left the identity unfinished (BY DEFAULT on the target until the cutover's commit)")
 	if gone != nil {
 		gone(ctx, sconn, old)
 	}
 
 	require.NoError(t, mover.New(testConfig(t), cat).Run(ctx, m.ID))
-	require.NoError(t, tconn.QueryRow(ctx, "SELECT attidentity::text FROM pg_attribute WHERE attrelid = $1::regclass AND attname = 'id'", ident).Scan(&got))
+	require.NoError(t, tconn.QueryRow(ctx, "SELECT attidentity::text FROM pg_attribute WHERE attrelid = $1::regclass AND attname = $2", ident, idName).Scan(&got))
 	want := map[string]string{"ALWAYS": "a", "BY DEFAULT": "d"}[kind]
 	if gone != nil {
 		want = "d" // the source's kind could not be read
 	}
 	assert.Equal(t, want, got, "the kind, GENERATED %s on the source", kind)
 	var maxID, next int64
-	require.NoError(t, tconn.QueryRow(ctx, "SELECT max(id) FROM "+ident).Scan(&maxID))
+	require.NoError(t, tconn.QueryRow(ctx, "SELECT max("+idCol+") FROM "+ident).Scan(&maxID))
 	require.Equal(t, int64(55), maxID)
-	require.NoError(t, tconn.QueryRow(ctx, "INSERT INTO "+ident+" (tenant, note) VALUES (1, 'after') RETURNING id").Scan(&next))
+	require.NoError(t, tconn.QueryRow(ctx, "INSERT INTO "+ident+" (tenant, note) VALUES (1, 'after') RETURNING "+idCol).Scan(&next))
 	assert.Greater(t, next, maxID, "the next identity value is past every id the table holds")
 }
