@@ -6,7 +6,12 @@ import "github.com/shardmover/shardmover/metadata"
 // (docs/design.md 5.6). It holds no lock and does no I/O: RunJob calls it
 // under its mutex, and tests drive it directly.
 //
-// The limits count copy streams, the heavy part of a move: from the slot's
+// Without Limits.Overlap the limits count whole moves: a move starts only
+// while fewer than Concurrency moves run in the cluster and fewer than
+// PerNode on each of its nodes, and then copies when its turn in the plan
+// order comes (the copy limits below then always hold).
+//
+// With Limits.Overlap the limits count copy streams, the heavy part of a move: from the slot's
 // creation (the end of setup) through copying and indexing, a move holds a
 // copy slot on its source and its target. At most Limits.Concurrency moves
 // hold one in the cluster, and at most Limits.PerNode on any one node. The
@@ -32,6 +37,7 @@ type jobSched struct {
 	started, holding, passed, ended []bool
 
 	running           int
+	live              map[int32]int // per node group: started and not ended
 	early, copies     map[int32]int // per node group: started and not past the copy stage; holding a copy slot
 	earlyAll, copyAll int
 }
@@ -40,7 +46,7 @@ func newJobSched(lim Limits, moves []metadata.Move) *jobSched {
 	n := len(moves)
 	s := &jobSched{lim: lim, moves: moves,
 		started: make([]bool, n), holding: make([]bool, n), passed: make([]bool, n), ended: make([]bool, n),
-		early: map[int32]int{}, copies: map[int32]int{}}
+		live: map[int32]int{}, early: map[int32]int{}, copies: map[int32]int{}}
 	for i, m := range moves {
 		// A move resumed after its copy stage never asks for a slot.
 		s.passed[i] = pastCopy(metadata.Phase(m.Phase))
@@ -66,10 +72,14 @@ func (s *jobSched) shares(i, j int) bool {
 // canStart: move i may start now.
 func (s *jobSched) canStart(i int) bool {
 	m := s.moves[i]
-	if s.running >= 3*s.lim.Concurrency {
+	if !s.lim.Overlap {
+		if s.running >= s.lim.Concurrency || s.live[m.SourceGroup] >= s.lim.PerNode || s.live[m.TargetGroup] >= s.lim.PerNode {
+			return false
+		}
+	} else if s.running >= 3*s.lim.Concurrency {
 		return false
 	}
-	if !s.passed[i] && (s.earlyAll >= 2*s.lim.Concurrency ||
+	if s.lim.Overlap && !s.passed[i] && (s.earlyAll >= 2*s.lim.Concurrency ||
 		s.early[m.SourceGroup] >= 2*s.lim.PerNode || s.early[m.TargetGroup] >= 2*s.lim.PerNode) {
 		return false
 	}
@@ -85,6 +95,8 @@ func (s *jobSched) start(i int) {
 	m := s.moves[i]
 	s.started[i] = true
 	s.running++
+	s.live[m.SourceGroup]++
+	s.live[m.TargetGroup]++
 	if !s.passed[i] {
 		s.earlyAll++
 		s.early[m.SourceGroup]++
@@ -137,5 +149,10 @@ func (s *jobSched) pass(i int) {
 func (s *jobSched) end(i int) {
 	s.pass(i)
 	s.ended[i] = true
-	s.running--
+	if s.started[i] {
+		m := s.moves[i]
+		s.running--
+		s.live[m.SourceGroup]--
+		s.live[m.TargetGroup]--
+	}
 }

@@ -14,11 +14,12 @@ func mv(id int64, from, to int32) metadata.Move {
 	return metadata.Move{ID: id, SourceGroup: from, TargetGroup: to, Phase: metadata.PhaseScheduled}
 }
 
-// TestJobSchedOverlapsStages: with one copy stream, the second move into
-// the same node prepares while the first copies, copies once the first has
-// copied, and a third starts only when the first is past its copy.
+// TestJobSchedOverlapsStages: with Overlap and one copy stream, the second
+// move into the same node prepares while the first copies, copies once the
+// first has copied, and a third starts only when the first is past its
+// copy.
 func TestJobSchedOverlapsStages(t *testing.T) {
-	s := newJobSched(Limits{Concurrency: 1, PerNode: 1}, []metadata.Move{mv(1, 1, 3), mv(2, 2, 3), mv(3, 1, 3)})
+	s := newJobSched(Limits{Concurrency: 1, PerNode: 1, Overlap: true}, []metadata.Move{mv(1, 1, 3), mv(2, 2, 3), mv(3, 1, 3)})
 	require.True(t, s.canStart(0))
 	s.start(0)
 	require.True(t, s.canStart(1), "the next move prepares while the first copies")
@@ -41,7 +42,7 @@ func TestJobSchedOverlapsStages(t *testing.T) {
 // TestJobSchedKeepsPlanOrder: a later move sharing a node never copies
 // before an earlier one, even when the later one is ready first.
 func TestJobSchedKeepsPlanOrder(t *testing.T) {
-	s := newJobSched(Limits{Concurrency: 2, PerNode: 1}, []metadata.Move{mv(1, 1, 3), mv(2, 2, 3)})
+	s := newJobSched(Limits{Concurrency: 2, PerNode: 1, Overlap: true}, []metadata.Move{mv(1, 1, 3), mv(2, 2, 3)})
 	s.start(0)
 	s.start(1)
 	assert.False(t, s.canCopy(1), "move 1 shares node 3 and has not copied")
@@ -54,8 +55,31 @@ func TestJobSchedKeepsPlanOrder(t *testing.T) {
 func TestJobSchedResumedPastCopy(t *testing.T) {
 	first := mv(1, 1, 3)
 	first.Phase = metadata.PhaseCatchingUp
-	s := newJobSched(Limits{Concurrency: 1, PerNode: 1}, []metadata.Move{first, mv(2, 1, 3)})
+	s := newJobSched(Limits{Concurrency: 1, PerNode: 1, Overlap: true}, []metadata.Move{first, mv(2, 1, 3)})
 	s.start(0)
+	s.start(1)
+	assert.True(t, s.canCopy(1))
+}
+
+// TestJobSchedWholeMoves: without Overlap a move starts only when the
+// moves running on its nodes (and in the cluster) are fewer than the
+// limits, whatever their stage: the next move into node 3 waits for the
+// first to end, not only to copy; a move on other nodes runs beside it
+// when Concurrency allows.
+func TestJobSchedWholeMoves(t *testing.T) {
+	s := newJobSched(Limits{Concurrency: 2, PerNode: 1}, []metadata.Move{mv(1, 1, 3), mv(2, 2, 3), mv(3, 4, 5), mv(4, 6, 7)})
+	require.True(t, s.canStart(0))
+	s.start(0)
+	assert.False(t, s.canStart(1), "node 3 runs a move")
+	require.True(t, s.canCopy(0))
+	s.takeCopy(0)
+	s.pass(0)
+	assert.False(t, s.canStart(1), "the first move is past its copy but still running on node 3")
+	require.True(t, s.canStart(2), "nodes 4 and 5 are free and the cluster runs one move of two")
+	s.start(2)
+	assert.False(t, s.canStart(3), "two moves run in the cluster")
+	s.end(0)
+	require.True(t, s.canStart(1))
 	s.start(1)
 	assert.True(t, s.canCopy(1))
 }
@@ -65,7 +89,8 @@ func TestJobSchedResumedPastCopy(t *testing.T) {
 func TestJobSchedLimitsHold(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		nodes := rapid.Int32Range(2, 5).Draw(t, "nodes")
-		lim := Limits{Concurrency: rapid.IntRange(1, 3).Draw(t, "conc"), PerNode: rapid.IntRange(1, 2).Draw(t, "pernode")}
+		lim := Limits{Concurrency: rapid.IntRange(1, 3).Draw(t, "conc"), PerNode: rapid.IntRange(1, 2).Draw(t, "pernode"),
+			Overlap: rapid.Bool().Draw(t, "overlap")}
 		n := rapid.IntRange(1, 12).Draw(t, "moves")
 		var moves []metadata.Move
 		for i := range n {
@@ -130,6 +155,12 @@ func TestJobSchedLimitsHold(t *testing.T) {
 				require.LessOrEqual(t, c, lim.PerNode)
 			}
 			require.LessOrEqual(t, s.running, 3*lim.Concurrency)
+			if !lim.Overlap {
+				require.LessOrEqual(t, s.running, lim.Concurrency)
+				for node, c := range s.live {
+					require.LessOrEqual(t, c, lim.PerNode, "moves running on node %d", node)
+				}
+			}
 			// Plan order per node: no move holds or passed its copy
 			// before an earlier move sharing a node started.
 			for i := range n {

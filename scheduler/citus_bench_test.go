@@ -1,7 +1,8 @@
 package scheduler_test
 
-// BenchmarkCitusRebalance: shardmover's rebalance against Citus's own
-// (citus_rebalance_start with shard_transfer_mode 'force_logical', then
+// BenchmarkCitusRebalance: shardmover's rebalance, with its default limits
+// (one move at a time) and with Limits.Overlap (--overlap), against Citus's
+// own (citus_rebalance_start with shard_transfer_mode 'force_logical', then
 // citus_rebalance_wait), side by side in one run, on the same layout:
 // github_users + github_events, 32 colocated shards, loaded through Citus
 // with seed 1 onto two workers, a third worker added with citus_add_node,
@@ -90,20 +91,26 @@ func BenchmarkCitusRebalance(b *testing.B) {
 	const users = 2000
 	load := workload.LoadOptions{Seed: 1, Users: users, Events: int64(mb) << 20 / benchEventBytes, ChunkRows: 5000}
 
-	sides := []struct {
-		name      string
-		rebalance func(b *testing.B, env *benchCluster)
-	}{
-		{"shardmover", func(b *testing.B, env *benchCluster) {
+	ours := func(lim mover.Limits) func(b *testing.B, env *benchCluster) {
+		return func(b *testing.B, env *benchCluster) {
 			plan := scheduler.DefaultPlanOptions()
 			plan.Strategy = strategy
-			out, err := env.runner.Run(context.Background(), scheduler.JobRequest{Kind: "rebalance", Plan: plan, Limits: mover.DefaultLimits()})
+			out, err := env.runner.Run(context.Background(), scheduler.JobRequest{Kind: "rebalance", Plan: plan, Limits: lim})
 			require.NoError(b, err)
 			require.NotNil(b, out.Job, "shardmover found nothing to move")
 			require.Equal(b, len(out.Plan.Moves), out.Result.Done, "every planned move done")
 			b.ReportMetric(float64(env.clock.maxPause())/float64(time.Millisecond), "max_cutover_ms")
 			b.Logf("shardmover: time in each phase, summed over the %d moves: %s", len(out.Plan.Moves), env.clock)
-		}},
+		}
+	}
+	overlap := mover.DefaultLimits()
+	overlap.Overlap = true
+	sides := []struct {
+		name      string
+		rebalance func(b *testing.B, env *benchCluster)
+	}{
+		{"shardmover", ours(mover.DefaultLimits())},
+		{"shardmover-overlap", ours(overlap)},
 		{"citus", func(b *testing.B, env *benchCluster) {
 			ctx := context.Background()
 			var job int64

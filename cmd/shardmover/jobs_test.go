@@ -149,37 +149,32 @@ func copySpan(t *testing.T, h []metadata.MoveLog) (time.Time, time.Time) {
 	return from, to
 }
 
-// assertOverlap checks a job of two done moves. The limits count copy
-// streams: with room for two, the moves copied at the same time (each
-// started copying before the other finished); without, one copied after
-// the other, and the second prepared (preflight, setup) while the first
-// copied, so the moves as a whole still overlap.
-func assertOverlap(t *testing.T, coord string, job int64, overlap bool) {
+// assertOverlap checks a job of two done moves: whether they ran at the
+// same time as a whole (one started before the other ended), and whether
+// they copied at the same time.
+func assertOverlap(t *testing.T, coord string, job int64, whole, copies bool) {
 	t.Helper()
 	j := showJob(t, coord, job)
 	require.Len(t, j.Moves, 2)
 	assert.Equal(t, "done", string(j.Job.State))
 	aStart, aEnd := span(t, j.Moves[0].History)
 	bStart, bEnd := span(t, j.Moves[1].History)
-	assert.True(t, aStart.Before(bEnd) && bStart.Before(aEnd),
-		"job %d: moves overlap: [%s, %s] and [%s, %s]", job, aStart, aEnd, bStart, bEnd)
+	assert.Equal(t, whole, aStart.Before(bEnd) && bStart.Before(aEnd),
+		"job %d: moves ran at once (want %v): [%s, %s] and [%s, %s]", job, whole, aStart, aEnd, bStart, bEnd)
 	aStart, aEnd = copySpan(t, j.Moves[0].History)
 	bStart, bEnd = copySpan(t, j.Moves[1].History)
-	if overlap {
-		assert.True(t, aStart.Before(bEnd) && bStart.Before(aEnd),
-			"job %d: moves copied at once: [%s, %s] and [%s, %s]", job, aStart, aEnd, bStart, bEnd)
-	} else {
-		assert.False(t, aStart.Before(bEnd) && bStart.Before(aEnd),
-			"job %d: one move copied after the other: [%s, %s] and [%s, %s]", job, aStart, aEnd, bStart, bEnd)
-	}
+	assert.Equal(t, copies, aStart.Before(bEnd) && bStart.Before(aEnd),
+		"job %d: moves copied at once (want %v): [%s, %s] and [%s, %s]", job, copies, aStart, aEnd, bStart, bEnd)
 }
 
 // TestMoveAndResumeHonourLimits: `move` and `jobs resume` run a job's
-// moves within --concurrency and --per-node, as rebalance does. The limits
-// count copy streams: two moves that may copy at once overlap in the
-// journal's copying phases; two that may not copy one after the other,
-// and still overlap as a whole (the second prepares while the first
-// copies).
+// moves within --concurrency, --per-node and --overlap, as rebalance does.
+// By default the limits count whole moves: two moves that may not run at
+// once run one after the other. With --overlap they count copy streams:
+// two moves that may not copy at once copy one after the other, and still
+// overlap as a whole (the second prepares while the first copies). Two
+// moves that may run (or copy) at once overlap in the journal's copying
+// phases.
 func TestMoveAndResumeHonourLimits(t *testing.T) {
 	c, coord, cat := loadedCluster(t, 4, 2, 4)
 	w := c.Workers()
@@ -190,11 +185,24 @@ func TestMoveAndResumeHonourLimits(t *testing.T) {
 	id := func(v int64) string { return strconv.FormatInt(v, 10) }
 
 	// Two groups to one target: --per-node 1 keeps them apart though
-	// --concurrency allows two.
+	// --concurrency allows two; with --overlap only their copies.
 	out, msg, code := run(t, "move", "--shard", id(a[0]), "--shard", id(b[0]), "--to", w[2].Addr(), "--concurrency", "2", "--coordinator", coord)
 	require.Equal(t, 0, code, msg)
 	assert.Equal(t, 2, strings.Count(out, "moved shard group"), out)
-	assertOverlap(t, coord, newestJob(t, coord), false)
+	assertOverlap(t, coord, newestJob(t, coord), false, false)
+	// Back where they were (their old copies go first), then again with
+	// --overlap.
+	_, msg, code = run(t, "cleanup", "--keep-old-for", "0s", "--coordinator", coord)
+	require.Equal(t, 0, code, msg)
+	back := schedule(t, cat, map[int64]string{a[0]: w[0].Addr(), b[0]: w[1].Addr()})
+	_, msg, code = run(t, "jobs", "resume", id(back), "--concurrency", "2", "--per-node", "2", "--coordinator", coord)
+	require.Equal(t, 0, code, msg)
+	_, msg, code = run(t, "cleanup", "--keep-old-for", "0s", "--coordinator", coord)
+	require.Equal(t, 0, code, msg)
+	out, msg, code = run(t, "move", "--shard", id(a[0]), "--shard", id(b[0]), "--to", w[2].Addr(), "--concurrency", "2", "--overlap", "--coordinator", coord)
+	require.Equal(t, 0, code, msg)
+	assert.Equal(t, 2, strings.Count(out, "moved shard group"), out)
+	assertOverlap(t, coord, newestJob(t, coord), true, false)
 
 	// With --per-node 2 they run at once.
 	// A shared bandwidth limit keeps each copy long enough to overlap the
@@ -202,7 +210,7 @@ func TestMoveAndResumeHonourLimits(t *testing.T) {
 	out, msg, code = run(t, "move", "--shard", id(a[1]), "--shard", id(b[1]), "--to", w[3].Addr(), "--concurrency", "2", "--per-node", "2", "--throttle", "256KB/s", "--coordinator", coord)
 	require.Equal(t, 0, code, msg)
 	assert.Equal(t, 2, strings.Count(out, "moved shard group"), out)
-	assertOverlap(t, coord, newestJob(t, coord), true)
+	assertOverlap(t, coord, newestJob(t, coord), true, true)
 
 	// Jobs of two moves on disjoint node pairs: one at a time by default,
 	// at once with --concurrency 2. The groups go back where they were:
@@ -213,13 +221,13 @@ func TestMoveAndResumeHonourLimits(t *testing.T) {
 	out, msg, code = run(t, "jobs", "resume", id(serial), "--coordinator", coord)
 	require.Equal(t, 0, code, msg)
 	assert.Equal(t, 2, strings.Count(out, ": done\n"), out)
-	assertOverlap(t, coord, serial, false)
+	assertOverlap(t, coord, serial, false, false)
 
 	parallel := schedule(t, cat, map[int64]string{b[0]: w[1].Addr(), b[1]: w[0].Addr()})
 	out, msg, code = run(t, "jobs", "resume", id(parallel), "--concurrency", "2", "--throttle", "256KB/s", "--coordinator", coord)
 	require.Equal(t, 0, code, msg)
 	assert.Equal(t, 2, strings.Count(out, ": done\n"), out)
-	assertOverlap(t, coord, parallel, true)
+	assertOverlap(t, coord, parallel, true, true)
 
 	for _, args := range [][]string{
 		{"move", "--shard", id(a[0]), "--to", w[2].Addr(), "--concurrency", "0"},

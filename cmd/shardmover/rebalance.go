@@ -91,15 +91,16 @@ func (f *jobFlags) resolve(cmd *cobra.Command) error {
 	return f.maxWAL.resolve()
 }
 
-// registerLimits adds --concurrency and --per-node, the limits of every
-// command that runs a job's moves (rebalance, drain, daemon, move, jobs
-// resume), with mover.DefaultLimits as defaults.
+// registerLimits adds --concurrency, --per-node and --overlap, the limits
+// of every command that runs a job's moves (rebalance, drain, daemon, move,
+// jobs resume), with mover.DefaultLimits as defaults.
 func registerLimits(cmd *cobra.Command, lim *mover.Limits) {
 	def := mover.DefaultLimits()
-	lim.Concurrency, lim.PerNode = def.Concurrency, def.PerNode
+	lim.Concurrency, lim.PerNode, lim.Overlap = def.Concurrency, def.PerNode, def.Overlap
 	fl := cmd.Flags()
-	fl.IntVar(&lim.Concurrency, "concurrency", def.Concurrency, "moves copying at once in the cluster (the next move prepares, and the last one finishes, while one copies)")
-	fl.IntVar(&lim.PerNode, "per-node", def.PerNode, "copying moves one node may take part in (sending or receiving)")
+	fl.IntVar(&lim.Concurrency, "concurrency", def.Concurrency, "moves running at once in the cluster (with --overlap: moves copying at once)")
+	fl.IntVar(&lim.PerNode, "per-node", def.PerNode, "moves one node may take part in at once, sending or receiving (with --overlap: copying moves)")
+	fl.BoolVar(&lim.Overlap, "overlap", def.Overlap, "overlap the stages of moves: the next move prepares, and the last one finishes, while one copies; about twice as fast, and the application's writes slow down more")
 }
 
 func checkLimits(lim mover.Limits) error {

@@ -32,8 +32,10 @@ type Target struct {
 	Title        string
 	Name, Metric string
 	// Below is the ceiling: a run meets the target when its value is
-	// under it.
-	Below float64
+	// under it. With AtLeast set, Below is the floor instead: a run meets
+	// the target when its value is at or above it.
+	Below   float64
+	AtLeast bool
 	// Unit follows the ceiling in the table.
 	Unit string
 }
@@ -71,6 +73,12 @@ var DefaultTargets = []Target{{
 }, {
 	Title: "a move's fixed cost: the engine's time outside copying and catching up, per move of a small shard group",
 	Name:  "BenchmarkMoveFixedCost/shardmover", Metric: "overhead_ms", Below: 500, Unit: "ms",
+}, {
+	Title: "writes' rate during a rebalance after adding a node, as a fraction of before (defaults: one move at a time)",
+	Name:  "BenchmarkCitusRebalance/shardmover", Metric: "throughput_fraction", Below: 0.8, AtLeast: true,
+}, {
+	Title: "writes' rate during a rebalance after adding a node, as a fraction of before (`--overlap`)",
+	Name:  "BenchmarkCitusRebalance/shardmover-overlap", Metric: "throughput_fraction", Below: 0.8, AtLeast: true,
 }}
 
 // results returns the results of the benchmark called name in whichever
@@ -166,7 +174,11 @@ func renderTargets(p func(string, ...any), out *Output, ts []Target) {
 			}
 			return "?"
 		})
-		target := fmt.Sprintf("under %s %s", strconv.FormatFloat(t.Below, 'f', -1, 64), t.Unit)
+		bound := "under"
+		if t.AtLeast {
+			bound = "at least"
+		}
+		target := strings.TrimSpace(fmt.Sprintf("%s %s %s", bound, strconv.FormatFloat(t.Below, 'f', -1, 64), t.Unit))
 		var vs []float64
 		for _, r := range rs {
 			if v, ok := r.Get(t.Metric); ok {
@@ -182,7 +194,7 @@ func renderTargets(p func(string, ...any), out *Output, ts []Target) {
 		}
 		met := 0
 		for _, v := range vs {
-			if v < t.Below {
+			if v < t.Below != t.AtLeast {
 				met++
 			}
 		}

@@ -56,12 +56,12 @@ type Ratio struct {
 
 // DefaultComparisons are BENCHMARKS.md's comparisons.
 var DefaultComparisons = []Comparison{
-	{Title: "rebalance, shardmover ÷ Citus", Side: regexp.MustCompile(`^BenchmarkCitusRebalance/shardmover$`), Base: "BenchmarkCitusRebalance/citus", Metric: "wall_s", Meaning: "below 1: shardmover finished sooner"},
-	{Title: "rebalance, shardmover ÷ Citus", Side: regexp.MustCompile(`^BenchmarkCitusRebalance/shardmover$`), Base: "BenchmarkCitusRebalance/citus", Metric: "moved_MB", Meaning: "the planners may pick different groups"},
-	{Title: "rebalance, shardmover ÷ Citus", Side: regexp.MustCompile(`^BenchmarkCitusRebalance/shardmover$`), Base: "BenchmarkCitusRebalance/citus", Metric: "moved_MB/s", Meaning: "above 1: shardmover moved bytes faster"},
-	{Title: "rebalance, shardmover ÷ Citus", Side: regexp.MustCompile(`^BenchmarkCitusRebalance/shardmover$`), Base: "BenchmarkCitusRebalance/citus", Metric: "throughput_fraction", Meaning: "above 1: writes slowed less during shardmover's rebalance"},
-	{Title: "rebalance, shardmover ÷ Citus", Side: regexp.MustCompile(`^BenchmarkCitusRebalance/shardmover$`), Base: "BenchmarkCitusRebalance/citus", Metric: "max_write_ms", Meaning: "below 1: shardmover's slowest write was faster"},
-	{Title: "rebalance, shardmover ÷ Citus", Side: regexp.MustCompile(`^BenchmarkCitusRebalance/shardmover$`), Base: "BenchmarkCitusRebalance/citus", Metric: "p99_write_ms", Meaning: "below 1: shardmover's p99 write was faster"},
+	{Title: "rebalance, $1 ÷ Citus", Side: regexp.MustCompile(`^BenchmarkCitusRebalance/(shardmover(?:-overlap)?)$`), Base: "BenchmarkCitusRebalance/citus", Metric: "wall_s", Meaning: "below 1: shardmover finished sooner (shardmover-overlap: with --overlap)"},
+	{Title: "rebalance, $1 ÷ Citus", Side: regexp.MustCompile(`^BenchmarkCitusRebalance/(shardmover(?:-overlap)?)$`), Base: "BenchmarkCitusRebalance/citus", Metric: "moved_MB", Meaning: "the planners may pick different groups"},
+	{Title: "rebalance, $1 ÷ Citus", Side: regexp.MustCompile(`^BenchmarkCitusRebalance/(shardmover(?:-overlap)?)$`), Base: "BenchmarkCitusRebalance/citus", Metric: "moved_MB/s", Meaning: "above 1: shardmover moved bytes faster"},
+	{Title: "rebalance, $1 ÷ Citus", Side: regexp.MustCompile(`^BenchmarkCitusRebalance/(shardmover(?:-overlap)?)$`), Base: "BenchmarkCitusRebalance/citus", Metric: "throughput_fraction", Meaning: "above 1: writes slowed less during shardmover's rebalance"},
+	{Title: "rebalance, $1 ÷ Citus", Side: regexp.MustCompile(`^BenchmarkCitusRebalance/(shardmover(?:-overlap)?)$`), Base: "BenchmarkCitusRebalance/citus", Metric: "max_write_ms", Meaning: "below 1: shardmover's slowest write was faster"},
+	{Title: "rebalance, $1 ÷ Citus", Side: regexp.MustCompile(`^BenchmarkCitusRebalance/(shardmover(?:-overlap)?)$`), Base: "BenchmarkCitusRebalance/citus", Metric: "p99_write_ms", Meaning: "below 1: shardmover's p99 write was faster"},
 	{Title: "apply $1, shardmover ÷ CREATE SUBSCRIPTION", Side: regexp.MustCompile(`^BenchmarkApply/(.+)$`), Metric: "x_native", Within: true, Meaning: "changes/s ratio, both sides in each iteration; above 1: shardmover applied faster"},
 	{Title: "apply $1, shardmover ÷ CREATE SUBSCRIPTION", Side: regexp.MustCompile(`^BenchmarkApply/(.+)$`), Metric: "x_native_cpu", Within: true, Meaning: "changes per CPU-second of both nodes and the bench process; above 1: shardmover used less CPU per change"},
 	{Title: "cutover, 32 ÷ 8 clients", Side: regexp.MustCompile(`^BenchmarkMoveUnderWorkload/clients=32$`), Base: "BenchmarkMoveUnderWorkload/clients=8", Metric: "max_write_pause_ms", Meaning: "above 1: the mover's longest cutover write pause grew with the clients"},
