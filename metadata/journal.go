@@ -170,6 +170,11 @@ var journalDDL = []string{
 	`ALTER TABLE shardmover.moves ADD COLUMN IF NOT EXISTS cutover_epoch bigint NOT NULL DEFAULT 0`,
 	// The epoch of the daemon leadership that created or last adopted the job (metadata/leader.go); 0: not a daemon's.
 	`ALTER TABLE shardmover.jobs ADD COLUMN IF NOT EXISTS leader_epoch bigint NOT NULL DEFAULT 0`,
+	// carry_over_due: a settlement found the fence of a committed decision
+	// gone and is re-establishing it; what the source took meanwhile must
+	// reach the target before the slot is dropped. Set before the re-fence,
+	// cleared after the carry-over (mover/settle.go).
+	`ALTER TABLE shardmover.moves ADD COLUMN IF NOT EXISTS carry_over_due boolean NOT NULL DEFAULT false`,
 	installedDDL,
 }
 
@@ -214,6 +219,7 @@ type Move struct {
 	AppliedLSN       string    `json:"applied_lsn,omitempty"`
 	CutoverCommitted bool      `json:"cutover_committed"`
 	CutoverEpoch     int64     `json:"cutover_epoch"`
+	CarryOverDue     bool      `json:"carry_over_due"`
 	CancelRequested  bool      `json:"cancel_requested"`
 	Error            string    `json:"error,omitempty"`
 	Attempts         int       `json:"attempts"`
@@ -278,13 +284,13 @@ func (c *Catalog) InstallJournal(ctx context.Context) (err error) {
 
 const moveColumns = `id, job_id, colocation_id, shard_index, shard_ids, shard_tables, source_group, target_group,
 	phase, bytes_total, bytes_copied, coalesce(source_lsn::text, ''), coalesce(applied_lsn::text, ''),
-	cutover_committed, cutover_epoch, cancel_requested, error, attempts, created_at, updated_at`
+	cutover_committed, cutover_epoch, carry_over_due, cancel_requested, error, attempts, created_at, updated_at`
 
 func scanMove(r pgx.CollectableRow) (Move, error) {
 	var m Move
 	err := r.Scan(&m.ID, &m.JobID, &m.ColocationID, &m.ShardIndex, &m.ShardIDs, &m.ShardTables, &m.SourceGroup,
 		&m.TargetGroup, &m.Phase, &m.BytesTotal, &m.BytesCopied, &m.SourceLSN, &m.AppliedLSN,
-		&m.CutoverCommitted, &m.CutoverEpoch, &m.CancelRequested, &m.Error, &m.Attempts, &m.CreatedAt, &m.UpdatedAt)
+		&m.CutoverCommitted, &m.CutoverEpoch, &m.CarryOverDue, &m.CancelRequested, &m.Error, &m.Attempts, &m.CreatedAt, &m.UpdatedAt)
 	return m, err
 }
 
@@ -475,6 +481,27 @@ func setPhaseResult(id int64, from string, tag pgconn.CommandTag, err error) err
 		return fmt.Errorf("%w: move %d is not in phase %s", ErrPhaseConflict, id, from)
 	}
 	return nil
+}
+
+// SetCarryOverDue records (due) or clears that move id's source took
+// writes after its committed decision which must be carried to the target
+// before its slot is dropped: set before the fence is re-established,
+// cleared once they were carried over. It refuses (ErrLeaseLost) unless
+// lease's session still holds the move's lock.
+func (c *Catalog) SetCarryOverDue(ctx context.Context, lease *Lease, id int64, due bool) error {
+	return pgx.BeginTxFunc(ctx, c.pool, pgx.TxOptions{}, func(tx pgx.Tx) error {
+		if err := lease.checkTx(ctx, tx); err != nil {
+			return err
+		}
+		tag, err := tx.Exec(ctx, "UPDATE shardmover.moves SET carry_over_due = $2, updated_at = now() WHERE id = $1", id, due)
+		if err != nil {
+			return fmt.Errorf("record the carry-over of move %d: %w", id, err)
+		}
+		if tag.RowsAffected() != 1 {
+			return fmt.Errorf("%w: there is no move %d", ErrNotFound, id)
+		}
+		return nil
+	})
 }
 
 // SetProgress records copy progress and replication positions ("" keeps an

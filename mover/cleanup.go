@@ -40,9 +40,15 @@ func (r *run) cleanup(ctx context.Context, m metadata.Move) error {
 		}
 	}
 	sp.mark("settle")
-	if r.carryOverDue {
+	// Due when this run re-fenced, or an earlier one did and stopped
+	// before its carry-over (the journal says so: m was read before this
+	// run's settlement, which records its own in r.carryOverDue).
+	if r.carryOverDue || m.CarryOverDue {
 		if err := r.carryOver(ctx, m); err != nil {
 			return fmt.Errorf("the source of move %d took writes after the decision (its fence had been rolled back); carrying them to the target failed: %w; the slot is kept so nothing is lost, see `shardmover jobs show`", m.ID, err)
+		}
+		if err := r.e.cat.SetCarryOverDue(ctx, r.lease, m.ID, false); err != nil {
+			return err
 		}
 		r.carryOverDue = false
 	}

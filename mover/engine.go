@@ -78,8 +78,10 @@ type Config struct {
 	// is persisted). Returning an error stops Run as if the process died.
 	AfterPhase func(moveID int64, p Phase) error
 	// CutoverStep, when set, runs at named points inside the cutover
-	// ("locked", "caught_up", "prepared", "decided"). Returning an error
-	// stops Run as if the process died at that point.
+	// ("locked", "caught_up", "prepared", "decided"), and after a
+	// settlement re-established the fence of a committed decision
+	// ("refenced", before the carry-over). Returning an error stops Run as
+	// if the process died at that point.
 	CutoverStep func(moveID int64, step string) error
 	// OnProgress, when set, receives progress of running moves.
 	OnProgress func(Progress)

@@ -24,7 +24,16 @@ import (
 // renames the source's shards again, carries the write the source took to
 // the target before dropping the slot, and finishes the move.
 func TestFenceGoneAfterTheDecisionIsReestablished(t *testing.T) {
-	fenceRolledBackAfterDecision(t, true)
+	fenceRolledBackAfterDecision(t, true, false)
+}
+
+// TestCarryOverDueSurvivesADeathAfterTheRefence: as above, and the run that
+// re-establishes the fence dies right after it, before its carry-over. The
+// source's shards are fenced again, so the run after that finds nothing to
+// rename; the journal must still say that the write the source took is
+// due on the target.
+func TestCarryOverDueSurvivesADeathAfterTheRefence(t *testing.T) {
+	fenceRolledBackAfterDecision(t, true, true)
 }
 
 // TestFenceGoneBeforeItsCommitIsReestablished: the same, but the mover
@@ -33,10 +42,12 @@ func TestFenceGoneAfterTheDecisionIsReestablished(t *testing.T) {
 // fence, so the same run's cleanup must settle, re-fence and carry the
 // write over, not take the fence it prepared as committed.
 func TestFenceGoneBeforeItsCommitIsReestablished(t *testing.T) {
-	fenceRolledBackAfterDecision(t, false)
+	fenceRolledBackAfterDecision(t, false, false)
 }
 
-func fenceRolledBackAfterDecision(t *testing.T, die bool) {
+// fenceRolledBackAfterDecision: die, the mover dies after the decision;
+// dieAfterRefence, the next run dies after re-establishing the fence.
+func fenceRolledBackAfterDecision(t *testing.T, die, dieAfterRefence bool) {
 	c := newCluster(t, 4, 100, 1000)
 	target := c.newNode(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -95,6 +106,20 @@ func fenceRolledBackAfterDecision(t *testing.T, die bool) {
 		require.NoError(t, err)
 		require.True(t, got.CutoverCommitted, "the decision committed before the kill")
 		require.NoError(t, rollBackAndWrite())
+		if dieAfterRefence {
+			cfg := testConfig(t)
+			cfg.CutoverStep = func(_ int64, step string) error {
+				if step == "refenced" {
+					return errors.New("die after the re-fence, before the carry-over")
+				}
+				return nil
+			}
+			require.ErrorIs(t, mover.New(cfg, c.cat).Run(ctx, m.ID), mover.ErrKilled)
+			got, err := c.cat.Move(ctx, m.ID)
+			require.NoError(t, err)
+			require.True(t, got.CarryOverDue, "the journal says the carry-over is due")
+			require.Equal(t, "cleanup", string(got.Phase))
+		}
 		require.NoError(t, mover.New(testConfig(t), c.cat).Run(ctx, m.ID))
 	} else {
 		require.NoError(t, mover.New(cfg, c.cat).Run(ctx, m.ID))
@@ -103,6 +128,7 @@ func fenceRolledBackAfterDecision(t *testing.T, die bool) {
 	done, err := c.cat.Move(ctx, m.ID)
 	require.NoError(t, err)
 	assert.Equal(t, "done", string(done.Phase))
+	assert.False(t, done.CarryOverDue, "the carry-over was done and its record cleared")
 	assertFlipped(t, c, done, target)
 
 	tconn, err := c.cat.ConnectNode(ctx, target.Host, target.Port)

@@ -137,8 +137,10 @@ const settleGrace = 30 * time.Second
 //
 // After a committed decision whose fence is gone (rolled back by someone),
 // the fence is re-established: the source tables are renamed again.
-// refenced reports that, so the caller carries over what the source took
-// meanwhile before dropping the slot.
+// refenced reports that. The carry-over of what the source took meanwhile
+// is recorded as due in the journal (moves.carry_over_due) before the
+// rename, and in r.carryOverDue; cleanup does it before dropping the slot,
+// then clears the record.
 func (r *run) settle(ctx context.Context, m metadata.Move) (st metadata.Settlement, refenced bool, err error) {
 	wait := 200 * time.Millisecond
 	var stopAt time.Time
@@ -146,14 +148,16 @@ func (r *run) settle(ctx context.Context, m metadata.Move) (st metadata.Settleme
 		var decided, again bool
 		st, decided, again, err = r.settleOnce(context.WithoutCancel(ctx), m)
 		// A re-fence done by an attempt that failed later still needs its
-		// carry-over: the next attempt finds nothing left to rename.
+		// carry-over: the next attempt finds nothing left to rename. (The
+		// carry-over is due from before the re-fence until cleanup has done
+		// it: settleOnce records that in the journal and in
+		// r.carryOverDue.)
 		refenced = refenced || again
-		// Whichever settlement re-fenced, the carry-over is due until
-		// cleanup has done it (the next settlement finds the fence in
-		// place and would not say so again).
-		r.carryOverDue = r.carryOverDue || again
 		if err == nil {
 			return st, refenced, nil
+		}
+		if errors.Is(err, ErrKilled) {
+			return st, refenced, err
 		}
 		if decided && errors.Is(err, metadata.ErrUnreachable) {
 			return st, false, fmt.Errorf("the cutover decision of move %d is settled (committed: %t), but its source cannot be reached to settle the fence there; resuming the move or `shardmover cleanup` does once it is back: %w", m.ID, st.Committed, err)
@@ -195,12 +199,27 @@ func (r *run) settleOnce(ctx context.Context, m metadata.Move) (st metadata.Sett
 		return st, true, false, err
 	}
 	if st.Committed && !found {
-		refenced, err = ensureFenced(ctx, src, m)
+		open, err := unfenced(ctx, src, m)
 		if err != nil {
 			return st, true, false, err
 		}
-		if refenced {
+		if len(open) > 0 {
+			// The source took writes the target may not have: the journal
+			// says so before anything is renamed, so that a mover dying
+			// after the re-fence still leaves the carry-over due (the
+			// next settlement finds the fence in place and would not).
+			if err := r.e.cat.SetCarryOverDue(ctx, r.lease, m.ID, true); err != nil {
+				return st, true, false, err
+			}
+			r.carryOverDue = true
+			if err := refence(ctx, src, m, open); err != nil {
+				return st, true, false, err
+			}
+			refenced = true
 			r.log.Error("the fence of a committed cutover was gone; re-established it", zap.Strings("tables", m.ShardTables))
+			if err := r.cutoverHook("refenced"); err != nil {
+				return st, true, true, err
+			}
 		}
 	}
 	if st.Committed {
@@ -215,39 +234,40 @@ func (r *run) settleOnce(ctx context.Context, m metadata.Move) (st metadata.Sett
 	return st, true, refenced, nil
 }
 
-// ensureFenced makes sure move m's old shards on the source carry their
-// fenced names after a committed decision: any shard table still under its
-// own name is renamed, under ACCESS EXCLUSIVE, in one transaction.
-// refenced reports whether anything had to be renamed.
-func ensureFenced(ctx context.Context, src *pgx.Conn, m metadata.Move) (refenced bool, err error) {
+// unfenced lists move m's old shards on the source still under their own
+// names after a committed decision (their fence was rolled back).
+func unfenced(ctx context.Context, src *pgx.Conn, m metadata.Move) ([]pgx.Identifier, error) {
 	var open []pgx.Identifier
 	for _, t := range shardIdents(m) {
 		var exists bool
 		if err := src.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", t.Sanitize()).Scan(&exists); err != nil {
-			return false, err
+			return nil, err
 		}
 		if exists {
 			open = append(open, t)
 		}
 	}
-	if len(open) == 0 {
-		return false, nil
-	}
+	return open, nil
+}
+
+// refence gives the old shards open their fenced names again, under
+// ACCESS EXCLUSIVE, in one transaction.
+func refence(ctx context.Context, src *pgx.Conn, m metadata.Move, open []pgx.Identifier) error {
 	tx, err := src.Begin(ctx)
 	if err != nil {
-		return false, err
+		return err
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
 	for _, t := range open {
 		if _, err := pgsql.ExecOne(ctx, tx.Conn(), "LOCK TABLE "+t.Sanitize()+" IN ACCESS EXCLUSIVE MODE"); err != nil {
-			return false, fmt.Errorf("re-fence %s: %w", t.Sanitize(), err)
+			return fmt.Errorf("re-fence %s: %w", t.Sanitize(), err)
 		}
 		if _, err := pgsql.ExecOne(ctx, tx.Conn(), "ALTER TABLE "+t.Sanitize()+" RENAME TO "+pgx.Identifier{movedName(t[1], m.ID)}.Sanitize()); err != nil {
-			return false, fmt.Errorf("re-fence %s: %w", t.Sanitize(), err)
+			return fmt.Errorf("re-fence %s: %w", t.Sanitize(), err)
 		}
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return false, fmt.Errorf("re-fence: %w", err)
+		return fmt.Errorf("re-fence: %w", err)
 	}
-	return true, nil
+	return nil
 }

@@ -33,6 +33,7 @@ type Journal interface {
 	TryLease(ctx context.Context, id int64) (*metadata.Lease, bool, error)
 	SetPhaseLeased(ctx context.Context, lease *metadata.Lease, id int64, from, to, msg, errText string) error
 	SetProgress(ctx context.Context, id, bytesCopied, bytesTotal int64, sourceLSN, appliedLSN string) error
+	SetCarryOverDue(ctx context.Context, lease *metadata.Lease, id int64, due bool) error
 	RequestCancel(ctx context.Context, id int64) (metadata.Move, error)
 
 	AddCleanup(ctx context.Context, moveID int64, nodeGroup int32, objType metadata.ObjectKind, name, policy string) error
