@@ -156,7 +156,10 @@ func (r *run) settle(ctx context.Context, m metadata.Move) (st metadata.Settleme
 		if err == nil {
 			return st, refenced, nil
 		}
-		if errors.Is(err, ErrKilled) {
+		// A fault hook's kill, and a lost lease (only the holder may record
+		// a carry-over): the run's loop stops, or takes the lease again and
+		// settles anew; retrying here would not.
+		if errors.Is(err, ErrKilled) || errors.Is(err, metadata.ErrLeaseLost) {
 			return st, refenced, err
 		}
 		if decided && errors.Is(err, metadata.ErrUnreachable) {
