@@ -7,13 +7,13 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/shardmover/shardmover/internal/cpumeter"
 	"github.com/shardmover/shardmover/replication"
 )
 
@@ -257,18 +257,19 @@ func BenchmarkApply(b *testing.B) {
 		}{
 			{"shardmover", func(b *testing.B) {
 				require.NoError(b, replication.DropOrigin(ctx, e.tgt, "bench_apply"))
-				cpu0, self0 := meter.sample()
+				cpu0 := meter.Sample()
 				b.StartTimer()
 				start := time.Now()
 				r := e.run(e.streamConfig("bench_apply", 0))
 				waitLast(b)
 				b.StopTimer()
 				sideTime[0] += time.Since(start)
-				sideCPU[0] += meter.since(cpu0, self0)
+				servers, self := meter.Since(cpu0)
+				sideCPU[0] += servers + self
 				require.NoError(b, r.stop())
 			}},
 			{"create-subscription", func(b *testing.B) {
-				cpu0, self0 := meter.sample()
+				cpu0 := meter.Sample()
 				b.StartTimer()
 				start := time.Now()
 				e.exec(e.tgt, `CREATE SUBSCRIPTION bench_sub CONNECTION '`+e.srcDSN+`' PUBLICATION bench_apply
@@ -276,7 +277,8 @@ func BenchmarkApply(b *testing.B) {
 				waitLast(b)
 				b.StopTimer()
 				sideTime[1] += time.Since(start)
-				sideCPU[1] += meter.since(cpu0, self0)
+				servers, self := meter.Since(cpu0)
+				sideCPU[1] += servers + self
 				e.exec(e.tgt, `ALTER SUBSCRIPTION bench_sub DISABLE`)
 				e.exec(e.tgt, `ALTER SUBSCRIPTION bench_sub SET (slot_name = NONE)`)
 				e.exec(e.tgt, `DROP SUBSCRIPTION bench_sub`)
@@ -323,81 +325,19 @@ func BenchmarkApply(b *testing.B) {
 	}
 }
 
-// cpuMeter measures the CPU time (user + system) used by two PostgreSQL
-// instances and by this process: on a shared host the wall time of an
-// applier moves with whatever else runs, its CPU time much less.
-type cpuMeter struct{ postmasters []int }
-
-// procTicks reads utime+stime and cutime+cstime (in clock ticks) and the
-// parent and start time of a process from /proc/<pid>/stat.
-func procTicks(pid int) (own, reaped int64, ppid int, start string, ok bool) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, 0, 0, "", false
-	}
-	s := string(b)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:]) // f[0] is field 3, state
-	if len(f) < 20 {
-		return 0, 0, 0, "", false
-	}
-	n := func(i int) int64 { v, _ := strconv.ParseInt(f[i-3], 10, 64); return v }
-	return n(14) + n(15), n(16) + n(17), int(n(4)), f[22-3], true
-}
-
-func newCPUMeter(b *testing.B, conns ...*pgx.Conn) cpuMeter {
-	var m cpuMeter
+// newCPUMeter measures the instances of conns' servers and this process
+// (internal/cpumeter): on a shared host the wall time of an applier moves
+// with whatever else runs, its CPU time much less.
+func newCPUMeter(b *testing.B, conns ...*pgx.Conn) cpumeter.Meter {
+	var pms []int
 	for _, c := range conns {
 		var pid int
 		require.NoError(b, c.QueryRow(context.Background(), `SELECT pg_backend_pid()`).Scan(&pid))
-		_, _, ppid, _, ok := procTicks(pid)
+		pm, ok := cpumeter.PostmasterOf(pid)
 		require.True(b, ok, "read /proc/%d/stat", pid)
-		m.postmasters = append(m.postmasters, ppid)
+		pms = append(pms, pm)
 	}
-	return m
-}
-
-// sample is the ticks of every live process of the instances (keyed by pid
-// and start time, so a reused pid is another process), the postmasters'
-// own and reaped ticks under key "", and this process's CPU time.
-func (m cpuMeter) sample() (map[string]int64, time.Duration) {
-	out := map[string]int64{}
-	pm := map[int]bool{}
-	for _, p := range m.postmasters {
-		pm[p] = true
-		own, reaped, _, _, _ := procTicks(p)
-		out[""] += own + reaped
-	}
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		if own, _, ppid, start, ok := procTicks(pid); ok && pm[ppid] {
-			out[e.Name()+"@"+start] = own
-		}
-	}
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	self := time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-	return out, self
-}
-
-// since is the CPU time used since the sample: processes alive then are
-// counted from their value then, processes that exited since are in their
-// postmaster's reaped ticks (assumes 100 ticks a second, Linux's USER_HZ).
-func (m cpuMeter) since(start map[string]int64, startSelf time.Duration) time.Duration {
-	end, self := m.sample()
-	var ticks int64
-	for k, v := range end {
-		ticks += v - start[k]
-	}
-	for k, v := range start {
-		if _, alive := end[k]; !alive && k != "" {
-			ticks -= v
-		}
-	}
-	return time.Duration(ticks)*10*time.Millisecond + self - startSelf
+	return cpumeter.New(pms...)
 }
 
 // sideTime adds up BenchmarkApply's timed windows of one shape run:

@@ -13,7 +13,8 @@ package scheduler_test
 // Run it (one iteration each; SHARDMOVER_BENCH_CITUS_MB is about the
 // data's size in MB, 150 by default, and data_MB reports what was loaded;
 // SHARDMOVER_BENCH_CITUS_STRATEGY is by_shard_count, the default, or
-// by_disk_size):
+// by_disk_size; SHARDMOVER_BENCH_LOG and SHARDMOVER_BENCH_CPUPROFILE, see
+// benchLogEnv):
 //
 //	SHARDMOVER_BENCH_CITUS_MB=150 go test ./scheduler/ -run '^$' -bench BenchmarkCitusRebalance -benchtime=1x -timeout 60m
 //
@@ -28,8 +29,15 @@ package scheduler_test
 // writes/s_before; the target is at least 0.8), moved_MB/s (moved_MB over
 // wall_s), errors (writes the workload saw fail),
 // max_cutover_ms (shardmover only: its longest cutover write pause, as it
-// measures it), and citus_plan_moves (Citus's plan by the same strategy
-// afterwards; 0 = Citus agrees the cluster is balanced). The workload's
+// measures it), server_cpu_ms/write_before and _during (the CPU time of
+// every PostgreSQL process of the cluster, internal/cpumeter, per
+// acknowledged write in each window), rebalance_server_cpu_s (the servers'
+// CPU during the rebalance beyond what its writes cost at the rate
+// before: what the rebalance cost them), server_cores_during (their CPU
+// over wall_s; the machine has 2 cores), bench_process_cpu_s (this
+// process during the rebalance: the mover and the workload's clients),
+// and citus_plan_moves (Citus's plan by the same strategy afterwards; 0 =
+// Citus agrees the cluster is balanced). The workload's
 // ledger is checked after each run (not timed). The two planners may pick
 // different groups (the data is skewed: a few users write most events), so
 // compare moved_MB too, not only wall_s.
@@ -38,6 +46,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"runtime/pprof"
 	"sort"
 	"strconv"
 	"strings"
@@ -48,6 +57,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap"
 
+	"github.com/shardmover/shardmover/internal/cpumeter"
 	"github.com/shardmover/shardmover/internal/workload"
 	"github.com/shardmover/shardmover/metadata"
 	"github.com/shardmover/shardmover/mover"
@@ -64,6 +74,49 @@ const benchStrategyEnv = "SHARDMOVER_BENCH_CITUS_STRATEGY"
 // disk (heap, TOAST, primary key and event_type index), to turn MB into
 // a row count (15 MB of events measured 20.9 MB at 1400).
 const benchEventBytes = 1900
+
+// Instruments of BenchmarkCitusRebalance, off unless set:
+// SHARDMOVER_BENCH_LOG names a file that receives the mover's debug log
+// (with each phase's "... timings" line); SHARDMOVER_BENCH_CPUPROFILE
+// names a file prefix: each side's rebalance, and nothing else of the
+// benchmark, is CPU-profiled into <prefix>.<side> (this process: the
+// mover, and the workload's clients), for `go tool pprof`.
+const (
+	benchLogEnv     = "SHARDMOVER_BENCH_LOG"
+	benchProfileEnv = "SHARDMOVER_BENCH_CPUPROFILE"
+)
+
+// benchLogger is the mover's logger: none, or debug into the file named
+// by SHARDMOVER_BENCH_LOG.
+func benchLogger(b *testing.B) *zap.Logger {
+	path := os.Getenv(benchLogEnv)
+	if path == "" {
+		return zap.NewNop()
+	}
+	zc := zap.NewDevelopmentConfig()
+	zc.OutputPaths = []string{path}
+	zc.ErrorOutputPaths = []string{path}
+	log, err := zc.Build()
+	require.NoError(b, err, "%s", benchLogEnv)
+	b.Cleanup(func() { _ = log.Sync() })
+	return log
+}
+
+// profileRebalance starts a CPU profile of one side's rebalance when
+// SHARDMOVER_BENCH_CPUPROFILE is set, and returns what stops it.
+func profileRebalance(b *testing.B, side string) (stop func()) {
+	prefix := os.Getenv(benchProfileEnv)
+	if prefix == "" {
+		return func() {}
+	}
+	f, err := os.Create(prefix + "." + side)
+	require.NoError(b, err, "%s", benchProfileEnv)
+	require.NoError(b, pprof.StartCPUProfile(f), "start the CPU profile (is -cpuprofile set too?)")
+	return func() {
+		pprof.StopCPUProfile()
+		require.NoError(b, f.Close())
+	}
+}
 
 // benchWarmUp is how long the workload runs before the rate it is
 // compared with is measured (over benchBefore).
@@ -141,13 +194,19 @@ func BenchmarkCitusRebalance(b *testing.B) {
 				// clusters). So 5 s of warm-up, then 5 s measured.
 				time.Sleep(benchWarmUp)
 				warm := time.Now()
+				cpuWarm := env.cpu.Sample()
 				time.Sleep(benchBefore)
+				serversBefore, _ := env.cpu.Since(cpuWarm)
+				cpuStart := env.cpu.Sample()
 
+				stopProfile := profileRebalance(b, side.name)
 				start := time.Now()
 				b.StartTimer()
 				side.rebalance(b, env)
 				b.StopTimer()
 				end := time.Now()
+				serversDuring, selfDuring := env.cpu.Since(cpuStart)
+				stopProfile()
 				res, err := bg.Stop()
 				require.NoError(b, err)
 
@@ -200,6 +259,16 @@ func BenchmarkCitusRebalance(b *testing.B) {
 				if beforeRate > 0 {
 					b.ReportMetric(duringRate/beforeRate, "throughput_fraction")
 				}
+				if beforeN > 0 && len(during) > 0 {
+					// The servers' CPU per write before, and what the
+					// rebalance cost them beyond its writes at that rate.
+					perWrite := serversBefore.Seconds() / float64(beforeN)
+					b.ReportMetric(1000*perWrite, "server_cpu_ms/write_before")
+					b.ReportMetric(1000*serversDuring.Seconds()/float64(len(during)), "server_cpu_ms/write_during")
+					b.ReportMetric(serversDuring.Seconds()-perWrite*float64(len(during)), "rebalance_server_cpu_s")
+					b.ReportMetric(serversDuring.Seconds()/wall.Seconds(), "server_cores_during")
+					b.ReportMetric(selfDuring.Seconds(), "bench_process_cpu_s")
+				}
 				b.ReportMetric(float64(errs), "errors")
 				b.ReportMetric(float64(planMoves), "citus_plan_moves")
 				top := during[:min(5, len(during))]
@@ -222,6 +291,8 @@ type benchCluster struct {
 	r      *workload.Router
 	runner *scheduler.Runner
 	clock  *phaseClock
+	// cpu measures the cluster's PostgreSQL servers and this process.
+	cpu cpumeter.Meter
 }
 
 func newBenchCluster(b *testing.B, load workload.LoadOptions) *benchCluster {
@@ -237,8 +308,20 @@ func newBenchCluster(b *testing.B, load workload.LoadOptions) *benchCluster {
 	_, err = cat.Pool().Exec(ctx, "VACUUM ANALYZE github_users, github_events")
 	require.NoError(b, err)
 	env := &benchCluster{cat: cat, r: r, clock: &phaseClock{last: map[int64]time.Time{}, total: map[string]time.Duration{}}}
+	var postmasters []int
+	for _, n := range sb.Nodes {
+		conn, err := cat.ConnectNode(ctx, n.Host, n.Port)
+		require.NoError(b, err)
+		var pid int
+		require.NoError(b, conn.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid))
+		_ = conn.Close(ctx)
+		pm, ok := cpumeter.PostmasterOf(pid)
+		require.True(b, ok, "read /proc/%d/stat", pid)
+		postmasters = append(postmasters, pm)
+	}
+	env.cpu = cpumeter.New(postmasters...)
 	cfg := mover.DefaultConfig()
-	cfg.Logger = zap.NewNop()
+	cfg.Logger = benchLogger(b)
 	cfg.AfterPhase = env.clock.after
 	cfg.OnCutover = env.clock.cutover
 	env.runner = scheduler.NewRunner(cat, cfg, nil)
