@@ -354,4 +354,8 @@ func TestThroughputFloor(t *testing.T) {
 	}
 	require.InDeltaSlice(t, []float64{17.0 / 85, 16.0 / 80}, byRow["rebalance, shardmover ÷ Citus wall_s"], 1e-12)
 	require.InDeltaSlice(t, []float64{9.0 / 85, 10.0 / 80}, byRow["rebalance, shardmover-overlap ÷ Citus wall_s"], 1e-12)
+
+	buf.Reset()
+	require.NoError(t, Render(&buf, Report{Output: o, SideBySides: DefaultSideBySides}))
+	require.Contains(t, buf.String(), "| wall_s | 16.00 / 16.50 / 17.00 | 9.00 / 9.50 / 10.00 | 80.00 / 82.50 / 85.00 | 5.00 / 5.00 / 5.00 |\n")
 }

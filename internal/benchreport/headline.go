@@ -64,6 +64,20 @@ var DefaultSideBySides = []SideBySide{{
 		"after one untimed move per side. move_ms is the mean wall time of one move from the request until it returned done; for shardmover, " +
 		"schedule_ms is what comes before the engine runs it (catalog snapshot, checks, journal rows), overhead_ms the engine's time outside copying " +
 		"and catching up (preflight, setup, indexing, cutover, cleanup), copy_ms and catchup_ms the rest. A ratio above 1: Citus took longer.",
+}, {
+	Title: "Rebalance after adding a node: shardmover (one move at a time, and --overlap) and Citus",
+	Columns: []Column{
+		{Label: "shardmover", Name: "BenchmarkCitusRebalance/shardmover"},
+		{Label: "shardmover --overlap", Name: "BenchmarkCitusRebalance/shardmover-overlap"},
+		{Label: "Citus citus_rebalance_start, force_logical", Name: "BenchmarkCitusRebalance/citus"},
+	},
+	Metrics: []string{"wall_s", "moved_MB", "throughput_fraction", "max_write_ms", "p99_write_ms",
+		"server_cpu_ms/write_before", "server_cpu_ms/write_during", "rebalance_server_cpu_s"},
+	Ratio: "Citus ÷ shardmover",
+	Meaning: "The same layout on a fresh Citus cluster per side (github_users and github_events, 32 colocated shards, about 125 MB on two workers, a third added), " +
+		"rebalanced by shard count while 8 clients write through Citus. throughput_fraction is the writes' rate during the rebalance over the 5 s before; " +
+		"server_cpu_ms/write is the CPU of every PostgreSQL process of the cluster per acknowledged write, and rebalance_server_cpu_s what the servers used " +
+		"during the rebalance beyond its writes at the rate before. The ratio column divides Citus's figure by shardmover's default one.",
 }}
 
 // DefaultTargets are BENCHMARKS.md's figures with a target.
