@@ -27,12 +27,13 @@ type Limits struct {
 	BytesPerSecond int64
 	// Overlap lets the stages of moves overlap (jobSched): the limits then
 	// count copy streams, and the next move prepares, and the last one
-	// finishes, while one copies. A rebalance ends about twice as soon,
-	// and the application's writes pay for it (docs/design.md 6: on a
-	// busy two-core machine their rate fell to about 0.7 of before,
-	// against about 0.9 without). Without Overlap the limits count whole
-	// moves: Concurrency moves run at once in the cluster, PerNode on any
-	// node, each from its preflight to its end.
+	// finishes, while one copies. A rebalance of small groups ends
+	// sooner, and the application's writes pay for it (docs/design.md 6,
+	// docs/performance.md: on a busy two-core cluster 9.0 s instead of
+	// 14.6 s, the writes' rate 0.69 of before instead of 0.85). Without
+	// Overlap the limits count whole moves: Concurrency moves run at once
+	// in the cluster, PerNode on any node, each from its preflight to its
+	// end.
 	Overlap bool
 }
 
