@@ -100,7 +100,7 @@ func registerLimits(cmd *cobra.Command, lim *mover.Limits) {
 	fl := cmd.Flags()
 	fl.IntVar(&lim.Concurrency, "concurrency", def.Concurrency, "moves running at once in the cluster (with --overlap: moves copying at once)")
 	fl.IntVar(&lim.PerNode, "per-node", def.PerNode, "moves one node may take part in at once, sending or receiving (with --overlap: copying moves)")
-	fl.BoolVar(&lim.Overlap, "overlap", def.Overlap, "overlap the stages of moves: the next move prepares, and the last one finishes, while one copies; about twice as fast, and the application's writes slow down more")
+	fl.BoolVar(&lim.Overlap, "overlap", def.Overlap, "overlap the stages of moves: the next move prepares, and the last one finishes, while one copies; sooner for many small groups, and the application's writes slow down more")
 }
 
 func checkLimits(lim mover.Limits) error {
