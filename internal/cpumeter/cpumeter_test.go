@@ -1,6 +1,7 @@
 package cpumeter
 
 import (
+	"bufio"
 	"os"
 	"os/exec"
 	"testing"
@@ -26,21 +27,19 @@ func TestCountsExitedAndLiveChildren(t *testing.T) {
 	servers, _ := m.Since(start)
 	require.GreaterOrEqual(t, servers, used-2*tick, "an exited child counts")
 
-	live := exec.Command("sh", "-c", burn+"; sleep 30")
+	// The live child says when its loop is done, then waits.
+	live := exec.Command("sh", "-c", burn+"; echo done; exec sleep 60")
+	out, err := live.StdoutPipe()
+	require.NoError(t, err)
 	start = m.Sample()
 	require.NoError(t, live.Start())
 	defer func() { _ = live.Process.Kill(); _ = live.Wait() }()
-	var own int64
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		// Until the loop is done (its shell has used what the first one did).
-		if o, _, _, _, ok := procStat(live.Process.Pid); ok && time.Duration(o)*tick >= used-2*tick {
-			own = o
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	require.NotZero(t, own, "the live child burned its CPU")
+	line, err := bufio.NewReader(out).ReadString('\n')
+	require.NoError(t, err)
+	require.Equal(t, "done\n", line)
+	own, _, _, _, ok := procStat(live.Process.Pid)
+	require.True(t, ok, "the live child is still there")
+	require.Greater(t, own, int64(0), "the live child burned its CPU")
 	servers, _ = m.Since(start)
 	require.GreaterOrEqual(t, servers, time.Duration(own)*tick, "a live child counts")
 
