@@ -35,7 +35,7 @@ func (r *run) cleanup(ctx context.Context, m metadata.Move) error {
 	// be rolled back by anyone. Otherwise (a restart, a reply lost after
 	// the decision) it is settled here.
 	if !r.decisionSettled {
-		if _, _, err := r.settle(ctx, m); err != nil {
+		if _, err := r.settle(ctx, m); err != nil {
 			return err
 		}
 	}

@@ -104,7 +104,7 @@ func (r *run) cutover(ctx context.Context, m metadata.Move) (err error) {
 		r.e.release(r.target, dst, &err)
 		cc.release(ctx, r.e, &err)
 	}()
-	st, _, err := r.settle(ctx, m)
+	st, err := r.settle(ctx, m)
 	if err != nil {
 		return err
 	}
@@ -328,7 +328,7 @@ func (r *run) tryCutover(ctx context.Context, m metadata.Move, c cutoverConns) e
 		// Failed, timed out, or lost on the way back: only a settlement
 		// that waits for a decision in flight can say which.
 		r.log.Warn("cutover decision failed or unknown; settling it", zap.Error(err))
-		st, _, serr := r.settle(ctx, m)
+		st, serr := r.settle(ctx, m)
 		if serr != nil {
 			return serr
 		}

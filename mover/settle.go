@@ -136,41 +136,34 @@ const settleGrace = 30 * time.Second
 // locks may be serving reads that wait on it.
 //
 // After a committed decision whose fence is gone (rolled back by someone),
-// the fence is re-established: the source tables are renamed again.
-// refenced reports that. The carry-over of what the source took meanwhile
-// is recorded as due in the journal (moves.carry_over_due) before the
-// rename, and in r.carryOverDue; cleanup does it before dropping the slot,
-// then clears the record.
-func (r *run) settle(ctx context.Context, m metadata.Move) (st metadata.Settlement, refenced bool, err error) {
+// the fence is re-established: the source tables are renamed again. The
+// carry-over of what the source took meanwhile is recorded as due in the
+// journal (moves.carry_over_due) before the rename, and in r.carryOverDue;
+// cleanup does it before dropping the slot, then clears the record.
+func (r *run) settle(ctx context.Context, m metadata.Move) (st metadata.Settlement, err error) {
 	wait := 200 * time.Millisecond
 	var stopAt time.Time
 	for {
-		var decided, again bool
-		st, decided, again, err = r.settleOnce(context.WithoutCancel(ctx), m)
-		// A re-fence done by an attempt that failed later still needs its
-		// carry-over: the next attempt finds nothing left to rename. (The
-		// carry-over is due from before the re-fence until cleanup has done
-		// it: settleOnce records that in the journal and in
-		// r.carryOverDue.)
-		refenced = refenced || again
+		var decided bool
+		st, decided, err = r.settleOnce(context.WithoutCancel(ctx), m)
 		if err == nil {
-			return st, refenced, nil
+			return st, nil
 		}
 		// A fault hook's kill, and a lost lease (only the holder may record
 		// a carry-over): the run's loop stops, or takes the lease again and
 		// settles anew; retrying here would not.
 		if errors.Is(err, ErrKilled) || errors.Is(err, metadata.ErrLeaseLost) {
-			return st, refenced, err
+			return st, err
 		}
 		if decided && errors.Is(err, metadata.ErrUnreachable) {
-			return st, false, fmt.Errorf("the cutover decision of move %d is settled (committed: %t), but its source cannot be reached to settle the fence there; resuming the move or `shardmover cleanup` does once it is back: %w", m.ID, st.Committed, err)
+			return st, fmt.Errorf("the cutover decision of move %d is settled (committed: %t), but its source cannot be reached to settle the fence there; resuming the move or `shardmover cleanup` does once it is back: %w", m.ID, st.Committed, err)
 		}
 		if ctx.Err() != nil {
 			if stopAt.IsZero() {
 				stopAt = time.Now().Add(settleGrace)
 			}
 			if time.Now().After(stopAt) {
-				return st, false, fmt.Errorf("the cutover decision of move %d is not settled (%w); its source shards may stay fenced (reads and writes wait) until `shardmover cleanup` or the next mover settles it", m.ID, err)
+				return st, fmt.Errorf("the cutover decision of move %d is not settled (%w); its source shards may stay fenced (reads and writes wait) until `shardmover cleanup` or the next mover settles it", m.ID, err)
 			}
 		}
 		r.log.Warn("settling the cutover decision, retrying", zap.Error(err), zap.Duration("retry_in", wait))
@@ -184,27 +177,29 @@ func (r *run) settle(ctx context.Context, m metadata.Move) (st metadata.Settleme
 }
 
 // settleOnce makes one attempt; decided reports that the decision itself
-// was settled, whatever happened on the source after.
-func (r *run) settleOnce(ctx context.Context, m metadata.Move) (st metadata.Settlement, decided, refenced bool, err error) {
+// was settled, whatever happened on the source after. A re-fence is
+// recorded (r.carryOverDue, moves.carry_over_due) before it is made, so an
+// attempt that fails after it leaves the carry-over due.
+func (r *run) settleOnce(ctx context.Context, m metadata.Move) (st metadata.Settlement, decided bool, err error) {
 	st, err = r.e.cat.SettleDecision(ctx, m.ID)
 	if err != nil {
-		return st, false, false, err
+		return st, false, err
 	}
 	// A clean session of the pool will do: settling holds nothing past
 	// its own statements (a failed one closes the session, see release).
 	src, err := r.e.session(ctx, r.source)
 	if err != nil {
-		return st, true, false, err
+		return st, true, err
 	}
 	defer r.e.release(r.source, src, &err)
 	found, err := settleFences(ctx, src, m.ID, st)
 	if err != nil {
-		return st, true, false, err
+		return st, true, err
 	}
 	if st.Committed && !found {
 		open, err := unfenced(ctx, src, m)
 		if err != nil {
-			return st, true, false, err
+			return st, true, err
 		}
 		if len(open) > 0 {
 			// The source took writes the target may not have: the journal
@@ -212,29 +207,28 @@ func (r *run) settleOnce(ctx context.Context, m metadata.Move) (st metadata.Sett
 			// after the re-fence still leaves the carry-over due (the
 			// next settlement finds the fence in place and would not).
 			if err := r.e.cat.SetCarryOverDue(ctx, r.lease, m.ID, true); err != nil {
-				return st, true, false, err
+				return st, true, err
 			}
 			r.carryOverDue = true
 			if err := refence(ctx, src, m, open); err != nil {
-				return st, true, false, err
+				return st, true, err
 			}
-			refenced = true
 			r.log.Error("the fence of a committed cutover was gone; re-established it", zap.Strings("tables", m.ShardTables))
 			if err := r.cutoverHook("refenced"); err != nil {
-				return st, true, true, err
+				return st, true, err
 			}
 		}
 	}
 	if st.Committed {
 		if err := r.syncSourcePlacements(ctx, m, src); err != nil {
-			return st, true, refenced, err
+			return st, true, err
 		}
 	}
 	// On Citus, the parts on the other metadata nodes.
 	if err := r.settleCitusParts(ctx, m, st); err != nil {
-		return st, true, refenced, err
+		return st, true, err
 	}
-	return st, true, refenced, nil
+	return st, true, nil
 }
 
 // unfenced lists move m's old shards on the source still under their own
