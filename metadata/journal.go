@@ -175,6 +175,10 @@ var journalDDL = []string{
 	// reach the target before the slot is dropped. Set before the re-fence,
 	// cleared after the carry-over (mover/settle.go).
 	`ALTER TABLE shardmover.moves ADD COLUMN IF NOT EXISTS carry_over_due boolean NOT NULL DEFAULT false`,
+	// carried_by: the move whose stream carries this one (docs/design.md
+	// 6.2): its phases follow that move's, its decision is that move's.
+	`ALTER TABLE shardmover.moves ADD COLUMN IF NOT EXISTS carried_by bigint REFERENCES shardmover.moves (id)`,
+	`CREATE INDEX IF NOT EXISTS moves_carried_by ON shardmover.moves (carried_by) WHERE carried_by IS NOT NULL`,
 	installedDDL,
 }
 
@@ -204,31 +208,45 @@ type Job struct {
 
 // Move is a row of shardmover.moves.
 type Move struct {
-	ID               int64     `json:"id"`
-	JobID            int64     `json:"job_id"`
-	ColocationID     int32     `json:"colocation_id"`
-	ShardIndex       int       `json:"shard_index"`
-	ShardIDs         []int64   `json:"shard_ids"`
-	ShardTables      []string  `json:"shard_tables"` // schema.name of each shard table
-	SourceGroup      int32     `json:"source_group"`
-	TargetGroup      int32     `json:"target_group"`
-	Phase            Phase     `json:"phase"`
-	BytesTotal       int64     `json:"bytes_total"`
-	BytesCopied      int64     `json:"bytes_copied"`
-	SourceLSN        string    `json:"source_lsn,omitempty"`
-	AppliedLSN       string    `json:"applied_lsn,omitempty"`
-	CutoverCommitted bool      `json:"cutover_committed"`
-	CutoverEpoch     int64     `json:"cutover_epoch"`
-	CarryOverDue     bool      `json:"carry_over_due"`
-	CancelRequested  bool      `json:"cancel_requested"`
-	Error            string    `json:"error,omitempty"`
-	Attempts         int       `json:"attempts"`
-	CreatedAt        time.Time `json:"created_at"`
-	UpdatedAt        time.Time `json:"updated_at"`
+	ID               int64    `json:"id"`
+	JobID            int64    `json:"job_id"`
+	ColocationID     int32    `json:"colocation_id"`
+	ShardIndex       int      `json:"shard_index"`
+	ShardIDs         []int64  `json:"shard_ids"`
+	ShardTables      []string `json:"shard_tables"` // schema.name of each shard table
+	SourceGroup      int32    `json:"source_group"`
+	TargetGroup      int32    `json:"target_group"`
+	Phase            Phase    `json:"phase"`
+	BytesTotal       int64    `json:"bytes_total"`
+	BytesCopied      int64    `json:"bytes_copied"`
+	SourceLSN        string   `json:"source_lsn,omitempty"`
+	AppliedLSN       string   `json:"applied_lsn,omitempty"`
+	CutoverCommitted bool     `json:"cutover_committed"`
+	CutoverEpoch     int64    `json:"cutover_epoch"`
+	CarryOverDue     bool     `json:"carry_over_due"`
+	CancelRequested  bool     `json:"cancel_requested"`
+	// CarriedBy is the move whose stream carries this one (0: none): a
+	// rider's phases follow its lead's, and one decision flips both.
+	CarriedBy int64     `json:"carried_by,omitempty"`
+	Error     string    `json:"error,omitempty"`
+	Attempts  int       `json:"attempts"`
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
 }
 
-// Name is the name of every replication artifact of the move.
-func (m Move) Name() string { return fmt.Sprintf("shardmover_%d", m.ID) }
+// Name is the name of every replication artifact of the move: its
+// stream's (StreamID).
+func (m Move) Name() string { return fmt.Sprintf("shardmover_%d", m.StreamID()) }
+
+// StreamID is the move whose stream carries this one: its lead, or itself.
+// The stream's artifacts and the fenced names of the old shards
+// (FencedName) carry this id.
+func (m Move) StreamID() int64 {
+	if m.CarriedBy != 0 {
+		return m.CarriedBy
+	}
+	return m.ID
+}
 
 // Terminal reports whether the move has ended.
 func (m Move) Terminal() bool { return Phase(m.Phase).Terminal() }
@@ -284,13 +302,13 @@ func (c *Catalog) InstallJournal(ctx context.Context) (err error) {
 
 const moveColumns = `id, job_id, colocation_id, shard_index, shard_ids, shard_tables, source_group, target_group,
 	phase, bytes_total, bytes_copied, coalesce(source_lsn::text, ''), coalesce(applied_lsn::text, ''),
-	cutover_committed, cutover_epoch, carry_over_due, cancel_requested, error, attempts, created_at, updated_at`
+	cutover_committed, cutover_epoch, carry_over_due, cancel_requested, coalesce(carried_by, 0), error, attempts, created_at, updated_at`
 
 func scanMove(r pgx.CollectableRow) (Move, error) {
 	var m Move
 	err := r.Scan(&m.ID, &m.JobID, &m.ColocationID, &m.ShardIndex, &m.ShardIDs, &m.ShardTables, &m.SourceGroup,
 		&m.TargetGroup, &m.Phase, &m.BytesTotal, &m.BytesCopied, &m.SourceLSN, &m.AppliedLSN,
-		&m.CutoverCommitted, &m.CutoverEpoch, &m.CarryOverDue, &m.CancelRequested, &m.Error, &m.Attempts, &m.CreatedAt, &m.UpdatedAt)
+		&m.CutoverCommitted, &m.CutoverEpoch, &m.CarryOverDue, &m.CancelRequested, &m.CarriedBy, &m.Error, &m.Attempts, &m.CreatedAt, &m.UpdatedAt)
 	return m, err
 }
 
@@ -462,14 +480,33 @@ func setPhaseTx(ctx context.Context, tx pgx.Tx, id int64, from, to, msg, errText
 	if _, err := tx.Exec(ctx, logPhaseSQL, id, from, to, msg); err != nil {
 		return fmt.Errorf("log phase of move %d: %w", id, err)
 	}
+	if _, err := tx.Exec(ctx, setRidersPhaseSQL, ridersPhaseArgs(id, from, to, msg, errText)...); err != nil {
+		return fmt.Errorf("set the phase of the moves move %d carries: %w", id, err)
+	}
 	return nil
+}
+
+// ridersPhaseArgs are setRidersPhaseSQL's arguments.
+func ridersPhaseArgs(lead int64, from, to, msg, errText string) []any {
+	return []any{lead, from, to, errText, PhasePreflight, PhaseDone, fmt.Sprintf("with move %d: %s", lead, msg)}
 }
 
 const (
 	setPhaseSQL = `UPDATE shardmover.moves SET phase = $3, error = $4, updated_at = now(),
 		attempts = attempts + CASE WHEN $3 = $5::text THEN 1 ELSE 0 END
-		WHERE id = $1 AND phase = $2`
+		WHERE id = $1 AND phase = $2 AND carried_by IS NULL`
 	logPhaseSQL = `INSERT INTO shardmover.move_log (move_id, from_phase, to_phase, message) VALUES ($1, $2, $3, $4)`
+	// setRidersPhaseSQL moves the riders of lead $1 that are in the lead's
+	// old phase $2 to its new one $3, and logs each (a rider taken out of
+	// the stream has ended, and is in no phase the lead leaves). A rider
+	// that ends done counts its bytes as copied (the stream's copy counted
+	// them on the lead's row).
+	setRidersPhaseSQL = `WITH carried AS (
+		UPDATE shardmover.moves SET phase = $3, error = $4, updated_at = now(),
+			attempts = attempts + CASE WHEN $3 = $5::text THEN 1 ELSE 0 END,
+			bytes_copied = CASE WHEN $3 = $6::text THEN bytes_total ELSE bytes_copied END
+		WHERE carried_by = $1 AND phase = $2 RETURNING id)
+		INSERT INTO shardmover.move_log (move_id, from_phase, to_phase, message) SELECT id, $2, $3, $7 FROM carried`
 )
 
 // setPhaseResult checks setPhaseSQL's outcome.
@@ -478,7 +515,7 @@ func setPhaseResult(id int64, from string, tag pgconn.CommandTag, err error) err
 		return fmt.Errorf("set phase of move %d: %w", id, err)
 	}
 	if tag.RowsAffected() != 1 {
-		return fmt.Errorf("%w: move %d is not in phase %s", ErrPhaseConflict, id, from)
+		return fmt.Errorf("%w: move %d is not in phase %s (or another move's stream carries it)", ErrPhaseConflict, id, from)
 	}
 	return nil
 }
@@ -627,6 +664,16 @@ type CutoverFlip struct {
 	// OldTables are the fenced shard tables left on the source, dropped
 	// after a grace period.
 	OldTables []string
+	// OldTableMoves, when set, names for each of OldTables the move whose
+	// group it belongs to (the lead or one of Riders), under which its
+	// deferred drop is recorded: each group's old copy stays findable from
+	// its own row (KeptOldCopies, verify). Unset: MoveID for every one.
+	OldTableMoves []int64
+	// Riders are the moves MoveID's stream carries, every one of which the
+	// decision flips with it (their shards are in ShardIDs). The decision
+	// is refused unless exactly these ride, each in phase cutover with no
+	// cancel request.
+	Riders []int64
 	// Lease is the mover's lease on the move: the decision is refused unless
 	// the lease's session still holds the move's lock, so a mover that lost
 	// its lease (and whose prepared transaction another mover may be
@@ -636,6 +683,35 @@ type CutoverFlip struct {
 	// prepared. The decision is refused when it changed: the attempt was
 	// settled (rolled back) while the decision was on its way.
 	Epoch int64
+}
+
+// riderState is a rider's row as the decision locks it.
+type riderState struct {
+	ID     int64
+	Phase  string
+	Cancel bool
+}
+
+// checkRiders compares the riders the decision found (locked, unfinished)
+// with the ones its flip carries: exactly those, each in phase cutover
+// and not asked to cancel.
+func checkRiders(f CutoverFlip, found []riderState) error {
+	ids := make([]int64, len(found))
+	for i, r := range found {
+		ids[i] = r.ID
+		switch {
+		case Phase(r.Phase) != PhaseCutover:
+			return fmt.Errorf("%w: move %d, which move %d carries, is in phase %s, not cutover", ErrPhaseConflict, r.ID, f.MoveID, r.Phase)
+		case r.Cancel:
+			return fmt.Errorf("%w: move %d, which move %d carries, was cancelled before the decision", ErrPhaseConflict, r.ID, f.MoveID)
+		}
+	}
+	want := slices.Clone(f.Riders)
+	slices.Sort(want)
+	if !slices.Equal(ids, want) {
+		return fmt.Errorf("%w: move %d carries moves %v, and its cutover was prepared for %v; nothing flipped", ErrPhaseConflict, f.MoveID, ids, want)
+	}
+	return nil
 }
 
 // CommitCutover is step 6 of docs/design.md 5.1: in one coordinator
@@ -757,11 +833,14 @@ func (d *Decision) decide(ctx context.Context, tx pgx.Tx, f CutoverFlip) error {
 	var phase string
 	var cancel, held bool
 	var epoch int64
+	var riders []riderState
 	on := len(f.ShardIDs)
 	checks := &pgx.Batch{}
 	checks.Queue("SELECT pg_advisory_xact_lock($1)", metadataLockKey)
 	checks.Queue("SELECT phase, cancel_requested, cutover_epoch FROM shardmover.moves WHERE id = $1 FOR UPDATE", f.MoveID)
 	checks.Queue(leaseHeldSQL, f.Lease.args()...)
+	checks.Queue(`SELECT id, phase, cancel_requested FROM shardmover.moves WHERE carried_by = $1 AND phase <> ALL($2)
+		ORDER BY id FOR UPDATE`, f.MoveID, terminalPhases())
 	if c.flavor == Citus {
 		// Someone else (Citus's own rebalancer) may have moved the group.
 		checks.Queue(`SELECT count(*) FROM pg_catalog.pg_dist_placement WHERE shardid = ANY($1) AND groupid = $2`,
@@ -776,6 +855,14 @@ func (d *Decision) decide(ctx context.Context, tx pgx.Tx, f CutoverFlip) error {
 		}
 		if err := br.QueryRow().Scan(&held); err != nil {
 			return err
+		}
+		rows, err := br.Query()
+		if err != nil {
+			return err
+		}
+		riders, err = pgx.CollectRows(rows, pgx.RowToStructByPos[riderState])
+		if err != nil {
+			return fmt.Errorf("lock the moves move %d carries: %w", f.MoveID, err)
 		}
 		if c.flavor == Citus {
 			if err := br.QueryRow().Scan(&on); err != nil {
@@ -799,6 +886,9 @@ func (d *Decision) decide(ctx context.Context, tx pgx.Tx, f CutoverFlip) error {
 	if !held {
 		return f.Lease.lostErr()
 	}
+	if err := checkRiders(f, riders); err != nil {
+		return err
+	}
 	if on != len(f.ShardIDs) {
 		return fmt.Errorf("%w: %d of the %d shards of move %d are still placed on group %d (Citus or someone else moved them); nothing flipped",
 			ErrPlacementMoved, on, len(f.ShardIDs), f.MoveID, f.SourceGroup)
@@ -816,18 +906,23 @@ func (d *Decision) decide(ctx context.Context, tx pgx.Tx, f CutoverFlip) error {
 		w.Queue(`UPDATE shardmover_catalog.pg_dist_placement SET groupid = $3
 			WHERE shardid = ANY($1) AND groupid = $2`, f.ShardIDs, f.SourceGroup, f.TargetGroup)
 	}
-	w.Queue("UPDATE shardmover.moves SET cutover_committed = true WHERE id = $1", f.MoveID)
-	for _, t := range f.OldTables {
+	w.Queue("UPDATE shardmover.moves SET cutover_committed = true WHERE id = $1 OR (carried_by = $1 AND phase = $2)", f.MoveID, from)
+	for i, t := range f.OldTables {
+		owner := f.MoveID
+		if i < len(f.OldTableMoves) && f.OldTableMoves[i] != 0 {
+			owner = f.OldTableMoves[i]
+		}
 		if c.flavor == Citus {
 			w.Queue(citusCleanupSQL, t, f.SourceGroup)
 		} else {
 			w.Queue(`INSERT INTO shardmover.cleanup (move_id, node_group, object_type, name, policy)
-				VALUES ($1, $2, $5, $3, $4)`, f.MoveID, f.SourceGroup, t, CleanupDeferred, ObjectTable)
+				VALUES ($1, $2, $5, $3, $4)`, owner, f.SourceGroup, t, CleanupDeferred, ObjectTable)
 		}
 	}
 	w.Queue("DELETE FROM shardmover.cleanup WHERE move_id = $1 AND policy = $2", f.MoveID, CleanupOnFailure)
 	w.Queue(setPhaseSQL, f.MoveID, from, to, "", PhasePreflight)
 	w.Queue(logPhaseSQL, f.MoveID, from, to, "placements flipped")
+	w.Queue(setRidersPhaseSQL, ridersPhaseArgs(f.MoveID, from, to, "placements flipped", "")...)
 	return readBatch(tx.SendBatch(ctx, w), func(br pgx.BatchResults) error {
 		if c.flavor == Citus {
 			for i := 0; i < 3; i++ {
@@ -865,6 +960,9 @@ func (d *Decision) decide(ctx context.Context, tx pgx.Tx, f CutoverFlip) error {
 		}
 		if _, err := br.Exec(); err != nil {
 			return fmt.Errorf("log phase of move %d: %w", f.MoveID, err)
+		}
+		if tag, err := br.Exec(); err != nil || int(tag.RowsAffected()) != len(f.Riders) {
+			return fmt.Errorf("%w: set the phase of the %d moves move %d carries: %d set (%v)", ErrPhaseConflict, len(f.Riders), f.MoveID, tag.RowsAffected(), err)
 		}
 		return nil
 	})
