@@ -116,8 +116,7 @@ func (r *run) catchUp(ctx context.Context, m metadata.Move) (err error) {
 			if err := r.lease.Held(ctx); err != nil {
 				return err // the loop takes the lease again, or stops
 			}
-			cur, err := r.e.cat.Move(ctx, m.ID)
-			if err == nil && cur.CancelRequested {
+			if r.cancelAsked(ctx) {
 				return metadata.ErrPhaseConflict // re-read: the loop cancels
 			}
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -316,6 +317,7 @@ func (r *run) tryCutover(ctx context.Context, m metadata.Move, c cutoverConns) e
 	flip := metadata.CutoverFlip{
 		MoveID: m.ID, ShardIDs: m.ShardIDs, SourceGroup: m.SourceGroup, TargetGroup: m.TargetGroup,
 		OldTables: old, Lease: r.lease, Epoch: m.CutoverEpoch,
+		OldTableMoves: slices.Clone(r.owners), Riders: slices.Clone(r.riders),
 	}
 	if dec != nil {
 		err = dec.Commit(decideCtx, flip)

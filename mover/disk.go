@@ -186,8 +186,8 @@ func (e *Engine) measureRoom(ctx context.Context, m metadata.Move, dc *pgx.Conn,
 			p = Indexing // unknown: take it for one that copies
 		}
 		into[o.ID] = p
-		if o.ID == m.ID {
-			continue
+		if o.ID == m.ID || o.CarriedBy != 0 {
+			continue // a rider's bytes are in its lead's row
 		}
 		switch p {
 		case Setup, Copying, Indexing:

@@ -78,4 +78,15 @@
 // the same recovery rule), and leaves the old shards to Citus's deferred
 // cleanup (citus.go, docs/design.md 3.1). Preflight refuses while Citus
 // itself rebalances or moves shards.
+//
+// Streams (stream.go, docs/design.md 6.2): with Limits.GroupsPerStream above
+// 1, RunJob lets a job's moves between the same two node groups ride one
+// stream. The first (the lead) carries the others (riders, moves.carried_by):
+// the lead's run moves every member's shards at once, under the lead's name
+// and lease; a rider's phase changes only with the lead's, in the same
+// journal transaction; one decision flips every member, and is refused
+// unless exactly the riders it was prepared for are there, none asked to
+// cancel. A rider asked to cancel before the decision leaves the stream,
+// which is set up again without it; what fails the stream fails every
+// member, each group staying on its source.
 package mover

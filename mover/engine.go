@@ -387,9 +387,14 @@ func (e *Engine) Cancel(ctx context.Context, id int64) (metadata.Move, error) {
 	if err != nil || m.Terminal() {
 		return m, err
 	}
-	// Nobody running it? Then run it here: the loop sees the request and
-	// rolls the move back.
-	err = e.Run(ctx, id)
+	if m.CarriedBy != 0 {
+		// A rider leaves its stream; the others go on.
+		err = e.cancelRider(ctx, m)
+	} else {
+		// Nobody running it? Then run it here: the loop sees the request
+		// and rolls the move back.
+		err = e.Run(ctx, id)
+	}
 	if errors.Is(err, ErrLeased) {
 		e.log.Info("cancel requested; the mover holding the move will roll it back", zap.Int64("move_id", id))
 		return e.cat.Move(ctx, id)

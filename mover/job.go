@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 
 	"go.uber.org/zap"
@@ -35,10 +36,15 @@ type Limits struct {
 	// in the cluster, PerNode on any node, each from its preflight to its
 	// end.
 	Overlap bool
+	// GroupsPerStream lets up to that many moves between the same two
+	// node groups ride one stream (docs/design.md 6.2): one publication,
+	// slot, copy, applier and cutover for all of them, the fixed cost of a
+	// move paid once. 0 or 1: each move has its own.
+	GroupsPerStream int
 }
 
 // DefaultLimits runs one move at a time, stages not overlapped.
-func DefaultLimits() Limits { return Limits{Concurrency: 1, PerNode: 1} }
+func DefaultLimits() Limits { return Limits{Concurrency: 1, PerNode: 1, GroupsPerStream: 1} }
 
 // JobResult counts how a job's moves ended.
 type JobResult struct {
@@ -74,6 +80,16 @@ func (e *Engine) RunJobAs(ctx context.Context, jobID int64, lim Limits, term *me
 	if err != nil {
 		return JobResult{}, err
 	}
+	if lim.GroupsPerStream > 1 {
+		if err := e.carryStreams(ctx, moves, lim.GroupsPerStream); err != nil {
+			return JobResult{}, err
+		}
+		if moves, err = e.cat.Moves(ctx, metadata.MoveFilter{JobID: jobID, ActiveOnly: true}); err != nil {
+			return JobResult{}, err
+		}
+	}
+	// A stream's lead runs the moves it carries.
+	moves = slices.DeleteFunc(moves, func(m metadata.Move) bool { return m.CarriedBy != 0 })
 	// On Citus, reference tables reach every node once, before any move:
 	// copying them holds Citus's move locks on the coordinator, which the
 	// preflight of a move overlapping the copy would take for a Citus

@@ -49,6 +49,12 @@ type run struct {
 	// committed decision; cleanup carries over what the source took before
 	// it drops the slot.
 	carryOverDue bool
+
+	// The stream, as the last readStream found it: the moves it carries
+	// besides the run's own (riders, in id order), the move each of the
+	// view's shard tables belongs to (owners), and the riders asked to
+	// cancel before the decision (leaving).
+	riders, owners, leaving []int64
 }
 
 // leaseTries and leaseRetry bound how long Run waits for a held move.
@@ -62,6 +68,9 @@ const (
 // saying why when it failed or was cancelled, ctx.Err() when stopped (the
 // move can be resumed), and ErrLeased when another mover holds it.
 func (e *Engine) Run(ctx context.Context, id int64) error {
+	if m, err := e.cat.Move(ctx, id); err == nil && m.CarriedBy != 0 && !m.Terminal() {
+		return e.runRider(ctx, m)
+	}
 	// A mover that just died may still hold the move for a moment, until
 	// the server notices its connection is gone: ask a few times.
 	var lease *metadata.Lease
@@ -154,9 +163,9 @@ func (r *run) loop(ctx context.Context) error {
 			wait = min(2*wait, retryMax)
 			continue
 		}
-		m, err := r.e.cat.Move(ctx, r.id)
+		m, err := r.readStream(ctx)
 		if err != nil {
-			if ctx.Err() == nil && !errors.Is(err, metadata.ErrNotFound) {
+			if ctx.Err() == nil && !errors.Is(err, metadata.ErrNotFound) && !errors.Is(err, errCarried) {
 				r.log.Warn("read the move, retrying", zap.Error(err), zap.Duration("retry_in", wait))
 				if err := ctxtime.Sleep(ctx, wait); err != nil {
 					return err
@@ -186,12 +195,27 @@ func (r *run) loop(ctx context.Context) error {
 		if m.CancelRequested && !m.CutoverCommitted {
 			return r.abort(ctx, m, phase, Cancelled, "cancelled by request")
 		}
+		if len(r.leaving) > 0 {
+			// Riders asked to cancel leave the stream, which is set up
+			// again without them; the others go on.
+			if err := r.dropRiders(ctx, m, phase, r.leaving); err != nil && !errors.Is(err, errPastDecision) {
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				r.log.Warn("taking cancelled moves out of the stream, retrying", zap.Int64s("moves", r.leaving), zap.Error(err), zap.Duration("retry_in", wait))
+				if err := ctxtime.Sleep(ctx, wait); err != nil {
+					return err
+				}
+				wait = min(2*wait, retryMax)
+			}
+			continue
+		}
 		err = r.guarded(ctx, m, phase) // the step, under the WAL-retention guard
 		switch {
 		case err == nil:
 			conflicts = 0
 			if streak.Failing() {
-				if next, perr := r.e.cat.Move(ctx, r.id); perr == nil {
+				if next, perr := r.e.cat.Move(ctx, r.id); perr == nil { // the lead's row: its phase is the stream's
 					if p, _ := ParsePhase(string(next.Phase)); p > errPhase {
 						streak.Reset()
 						errPhase, wait = 0, retryFirst

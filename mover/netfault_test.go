@@ -139,9 +139,22 @@ func statement(prefix string, a faultproxy.Action) faultproxy.Rule {
 // while the source's old shards carry their fenced names (never both
 // serving, never neither), and nothing may stay prepared or locked; the
 // ledger at the end proves no acknowledged write was lost.
-func TestCutoverNetworkFaults(t *testing.T) {
-	p := newProxied(t, 16, 300, 3000)
+func TestCutoverNetworkFaults(t *testing.T) { cutoverNetworkFaults(t, false) }
+
+// TestStreamCutoverNetworkFaults is TestCutoverNetworkFaults for a stream:
+// each case moves two shard groups of one source in one job, the second
+// riding the first's stream, and both must end done and flipped.
+func TestStreamCutoverNetworkFaults(t *testing.T) { cutoverNetworkFaults(t, true) }
+
+func cutoverNetworkFaults(t *testing.T, stream bool) {
+	shards := 16
+	if stream {
+		shards = 32
+	}
+	p := newProxied(t, shards, 300, 3000)
 	target := p.newNode(t)
+	srcs := holders(t, p.cluster)
+	used := map[int]bool{}
 	bg := startWorkload(p.cluster, 6, 300, 0)
 	defer func() {
 		if bg != nil {
@@ -188,7 +201,11 @@ func TestCutoverNetworkFaults(t *testing.T) {
 	}
 	for i, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			netCase(t, tc.name, tc.on)
+			if stream {
+				netCase(t, "stream of two groups: "+tc.name, tc.on)
+			} else {
+				netCase(t, tc.name, tc.on)
+			}
 			// The previous case's fault has healed: the coordinator answers
 			// through its proxy again.
 			require.Eventually(t, func() bool {
@@ -201,19 +218,31 @@ func TestCutoverNetworkFaults(t *testing.T) {
 				conn.Close(ctx)
 				return true
 			}, 20*time.Second, 100*time.Millisecond)
-			shard, source := groupShard(t, p.cluster, i)
+			n := 1
+			if stream {
+				n = 2
+			}
+			groups := groupsOn(t, p.cluster, srcs[i%2], n, used)
+			for _, g := range groups {
+				used[g] = true
+			}
 			px := p.coord
 			if tc.on == "source" {
-				px = p.proxyOf(t, source)
+				px = p.proxyOf(t, srcs[i%2])
 			}
 			cfg := testConfig(t)
 			eng := mover.New(cfg, p.cat)
-			m := scheduleMove(t, eng, shard, target)
-			px.SetRule(tc.rule(px))
-			defer px.ClearRule()
+			_, moves := scheduleJob(t, p.cluster, eng, groups, target)
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
-			err := eng.Run(ctx, m.ID)
+			if stream {
+				require.NoError(t, p.cat.Carry(ctx, moves[0].ID, []int64{moves[1].ID}))
+			}
+			px.SetRule(tc.rule(px))
+			defer px.ClearRule()
+			// Run, not RunJob: no recovery before a resumed run, which
+			// settles what it finds on its own.
+			err := eng.Run(ctx, moves[0].ID)
 			select {
 			case <-px.Fired():
 			default:
@@ -223,12 +252,15 @@ func TestCutoverNetworkFaults(t *testing.T) {
 			if err != nil {
 				// A move may stop on a fault; a second run must finish it.
 				t.Logf("first run: %v", err)
-				require.NoError(t, eng.Run(ctx, m.ID))
+				require.NoError(t, eng.Run(ctx, moves[0].ID))
 			}
-			done, err := p.cat.Move(ctx, m.ID)
-			require.NoError(t, err)
-			assert.Equal(t, "done", string(done.Phase))
-			assertFlipped(t, p.cluster, done, target)
+			for _, m := range moves {
+				done, err := p.cat.Move(ctx, m.ID)
+				require.NoError(t, err)
+				assert.Equal(t, "done", string(done.Phase))
+				assert.Equal(t, moves[0].ID, done.StreamID(), "move %d rode the stream of the job's first move", m.ID)
+				assertFlipped(t, p.cluster, done, target)
+			}
 		})
 	}
 	res := bg.stop(t)

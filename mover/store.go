@@ -35,6 +35,9 @@ type Journal interface {
 	SetProgress(ctx context.Context, id, bytesCopied, bytesTotal int64, sourceLSN, appliedLSN string) error
 	SetCarryOverDue(ctx context.Context, lease *metadata.Lease, id int64, due bool) error
 	RequestCancel(ctx context.Context, id int64) (metadata.Move, error)
+	Carry(ctx context.Context, lead int64, riders []int64) error
+	Stream(ctx context.Context, lead int64) ([]metadata.Move, error)
+	DropRiders(ctx context.Context, lease *metadata.Lease, lead int64, from metadata.Phase, riders []int64, why string) error
 
 	AddCleanup(ctx context.Context, moveID int64, nodeGroup int32, objType metadata.ObjectKind, name, policy string) error
 	RemoveCleanup(ctx context.Context, id int64) error

@@ -64,7 +64,7 @@ func (r *run) verifyBeforeCutover(ctx context.Context, m metadata.Move) (fresh b
 	began := time.Now()
 	vctx, cancel := context.WithCancelCause(ctx)
 	watched := make(chan struct{})
-	go func() { defer close(watched); r.watchVerify(vctx, cancel, m.ID) }()
+	go func() { defer close(watched); r.watchVerify(vctx, cancel) }()
 	res, at, held, err := r.compareAtOnePoint(vctx, m)
 	if cause := context.Cause(vctx); err != nil && cause != nil && ctx.Err() == nil {
 		err = cause // a cancel request or a lost lease stopped it
@@ -105,10 +105,10 @@ func (r *run) verifyBeforeCutover(ctx context.Context, m metadata.Move) (fresh b
 }
 
 // watchVerify stops a running verify when the run loses its lease or the
-// move is asked to cancel, as the catch-up loop does between its turns. The
+// move (or one its stream carries) is asked to cancel, as the catch-up loop does between its turns. The
 // lease's check is never cancelled midway (pgx closes a connection whose
 // query is cancelled, which would lose the lease).
-func (r *run) watchVerify(ctx context.Context, cancel context.CancelCauseFunc, id int64) {
+func (r *run) watchVerify(ctx context.Context, cancel context.CancelCauseFunc) {
 	t := time.NewTicker(verifyWatchEvery)
 	defer t.Stop()
 	for {
@@ -124,7 +124,7 @@ func (r *run) watchVerify(ctx context.Context, cancel context.CancelCauseFunc, i
 			cancel(err)
 			return
 		}
-		if cur, err := r.e.cat.Move(ctx, id); err == nil && cur.CancelRequested {
+		if r.cancelAsked(ctx) {
 			cancel(metadata.ErrPhaseConflict) // re-read: the loop cancels
 			return
 		}

@@ -205,14 +205,15 @@ func selectShards(cl *metadata.Cluster, opts Options) ([]metadata.Shard, error) 
 }
 
 // fencedCopy finds the old copy of shard s kept by the newest done move that
-// carried it to group, through that move's deferred cleanup record.
+// carried it to group, through that move's deferred cleanup record (the
+// fenced name carries the id of the move's stream, metadata.Move.StreamID).
 func fencedCopy(moves []metadata.Move, cleanups []metadata.CleanupRecord, s metadata.Shard, group int32) (metadata.Move, metadata.CleanupRecord, bool) {
 	for i := len(moves) - 1; i >= 0; i-- {
 		m := moves[i]
 		if m.Phase != "done" || m.TargetGroup != group || !containsID(m.ShardIDs, s.ID) {
 			continue
 		}
-		want := metadata.QualifiedName(pgx.Identifier{s.Schema, metadata.FencedName(s.Name(), m.ID)})
+		want := metadata.QualifiedName(pgx.Identifier{s.Schema, metadata.FencedName(s.Name(), m.StreamID())})
 		for _, c := range cleanups {
 			if c.MoveID == nil || *c.MoveID != m.ID || c.Policy != metadata.CleanupDeferred || c.ObjectType != "table" {
 				continue
