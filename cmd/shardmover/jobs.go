@@ -90,9 +90,9 @@ func newJobsCmd(g *globals) *cobra.Command {
 			if job.Error != "" {
 				fmt.Fprintf(w, "error: %s\n", job.Error)
 			}
-			t := newTable("MOVE", "SHARDS", "FROM GROUP", "TO GROUP", "PHASE", "COPIED", "ATTEMPTS", "ERROR")
+			t := newTable("MOVE", "STREAM", "SHARDS", "FROM GROUP", "TO GROUP", "PHASE", "COPIED", "ATTEMPTS", "ERROR")
 			for _, m := range moves {
-				t.row(m.ID, fmt.Sprint(m.ShardIDs), m.SourceGroup, m.TargetGroup, m.Phase,
+				t.row(m.ID, m.StreamID(), fmt.Sprint(m.ShardIDs), m.SourceGroup, m.TargetGroup, m.Phase,
 					units.Bytes(m.BytesCopied)+"/"+units.Bytes(m.BytesTotal), m.Attempts, m.Error)
 			}
 			t.write(w)

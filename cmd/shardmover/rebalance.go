@@ -96,11 +96,12 @@ func (f *jobFlags) resolve(cmd *cobra.Command) error {
 // jobs resume), with mover.DefaultLimits as defaults.
 func registerLimits(cmd *cobra.Command, lim *mover.Limits) {
 	def := mover.DefaultLimits()
-	lim.Concurrency, lim.PerNode, lim.Overlap = def.Concurrency, def.PerNode, def.Overlap
+	lim.Concurrency, lim.PerNode, lim.Overlap, lim.GroupsPerStream = def.Concurrency, def.PerNode, def.Overlap, def.GroupsPerStream
 	fl := cmd.Flags()
 	fl.IntVar(&lim.Concurrency, "concurrency", def.Concurrency, "moves running at once in the cluster (with --overlap: moves copying at once)")
 	fl.IntVar(&lim.PerNode, "per-node", def.PerNode, "moves one node may take part in at once, sending or receiving (with --overlap: copying moves)")
 	fl.BoolVar(&lim.Overlap, "overlap", def.Overlap, "overlap the stages of moves: the next move prepares, and the last one finishes, while one copies; sooner for many small groups, and the application's writes slow down more")
+	fl.IntVar(&lim.GroupsPerStream, "groups-per-stream", def.GroupsPerStream, "shard groups moving between the same two nodes that may share one replication stream and one cutover (1: each group its own)")
 }
 
 func checkLimits(lim mover.Limits) error {
@@ -109,6 +110,9 @@ func checkLimits(lim mover.Limits) error {
 	}
 	if lim.PerNode < 1 {
 		return usagef("--per-node must be at least 1, got %d", lim.PerNode)
+	}
+	if lim.GroupsPerStream < 1 {
+		return usagef("--groups-per-stream must be at least 1, got %d", lim.GroupsPerStream)
 	}
 	return nil
 }
