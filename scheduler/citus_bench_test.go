@@ -1,7 +1,8 @@
 package scheduler_test
 
 // BenchmarkCitusRebalance: shardmover's rebalance, with its default limits
-// (one move at a time) and with Limits.Overlap (--overlap), against Citus's
+// (one move at a time), with Limits.Overlap (--overlap) and with
+// Limits.GroupsPerStream 8 (--groups-per-stream 8), against Citus's
 // own (citus_rebalance_start with shard_transfer_mode 'force_logical', then
 // citus_rebalance_wait), side by side in one run, on the same layout:
 // github_users + github_events, 32 colocated shards, loaded through Citus
@@ -158,12 +159,15 @@ func BenchmarkCitusRebalance(b *testing.B) {
 	}
 	overlap := mover.DefaultLimits()
 	overlap.Overlap = true
+	streams := mover.DefaultLimits()
+	streams.GroupsPerStream = 8
 	sides := []struct {
 		name      string
 		rebalance func(b *testing.B, env *benchCluster)
 	}{
 		{"shardmover", ours(mover.DefaultLimits())},
 		{"shardmover-overlap", ours(overlap)},
+		{"shardmover-streams", ours(streams)},
 		{"citus", func(b *testing.B, env *benchCluster) {
 			ctx := context.Background()
 			var job int64

@@ -330,16 +330,18 @@ func TestFixedCost(t *testing.T) {
 }
 
 // The rebalances' write rate is held against a floor (at least 0.8), both
-// with the defaults and with --overlap, and each is compared with Citus's
-// rebalance of the same run.
+// with the defaults, with --overlap and with --groups-per-stream, and each
+// is compared with Citus's rebalance of the same run.
 func TestThroughputFloor(t *testing.T) {
 	in := "pkg: s\n" +
 		"BenchmarkCitusRebalance/shardmover-2 \t 1\t 5 ns/op\t 0.85 throughput_fraction\t 17 wall_s\n" +
 		"BenchmarkCitusRebalance/shardmover-overlap-2 \t 1\t 5 ns/op\t 0.7 throughput_fraction\t 9 wall_s\n" +
+		"BenchmarkCitusRebalance/shardmover-streams-2 \t 1\t 5 ns/op\t 0.9 throughput_fraction\t 6 wall_s\n" +
 		"BenchmarkCitusRebalance/citus-2 \t 1\t 5 ns/op\t 0.84 throughput_fraction\t 85 wall_s\n" +
 		"pkg: s\n" +
 		"BenchmarkCitusRebalance/shardmover-2 \t 1\t 5 ns/op\t 0.8 throughput_fraction\t 16 wall_s\n" +
 		"BenchmarkCitusRebalance/shardmover-overlap-2 \t 1\t 5 ns/op\t 0.81 throughput_fraction\t 10 wall_s\n" +
+		"BenchmarkCitusRebalance/shardmover-streams-2 \t 1\t 5 ns/op\t 0.75 throughput_fraction\t 8 wall_s\n" +
 		"BenchmarkCitusRebalance/citus-2 \t 1\t 5 ns/op\t 0.8 throughput_fraction\t 80 wall_s\n"
 	o, err := Parse(strings.NewReader(in))
 	require.NoError(t, err)
@@ -348,14 +350,16 @@ func TestThroughputFloor(t *testing.T) {
 	doc := buf.String()
 	require.Contains(t, doc, "| BenchmarkCitusRebalance/shardmover | throughput_fraction | 2 | 0.8 | 0.825 | 0.85 | at least 0.8 | 2 of 2 runs |\n")
 	require.Contains(t, doc, "| BenchmarkCitusRebalance/shardmover-overlap | throughput_fraction | 2 | 0.7 | 0.755 | 0.81 | at least 0.8 | 1 of 2 runs |\n")
+	require.Contains(t, doc, "| BenchmarkCitusRebalance/shardmover-streams | throughput_fraction | 2 | 0.75 | 0.825 | 0.9 | at least 0.8 | 1 of 2 runs |\n")
 	byRow := map[string][]float64{}
 	for _, r := range Compare(o, DefaultComparisons) {
 		byRow[r.Title+" "+r.Metric] = r.Values
 	}
 	require.InDeltaSlice(t, []float64{17.0 / 85, 16.0 / 80}, byRow["rebalance, shardmover ÷ Citus wall_s"], 1e-12)
 	require.InDeltaSlice(t, []float64{9.0 / 85, 10.0 / 80}, byRow["rebalance, shardmover-overlap ÷ Citus wall_s"], 1e-12)
+	require.InDeltaSlice(t, []float64{6.0 / 85, 8.0 / 80}, byRow["rebalance, shardmover-streams ÷ Citus wall_s"], 1e-12)
 
 	buf.Reset()
 	require.NoError(t, Render(&buf, Report{Output: o, SideBySides: DefaultSideBySides}))
-	require.Contains(t, buf.String(), "| wall_s | 16.00 / 16.50 / 17.00 | 9.00 / 9.50 / 10.00 | 80.00 / 82.50 / 85.00 | 5.00 / 5.00 / 5.00 |\n")
+	require.Contains(t, buf.String(), "| wall_s | 16.00 / 16.50 / 17.00 | 9.00 / 9.50 / 10.00 | 6.00 / 7.00 / 8.00 | 80.00 / 82.50 / 85.00 | 5.00 / 5.00 / 5.00 |\n")
 }

@@ -65,10 +65,11 @@ var DefaultSideBySides = []SideBySide{{
 		"schedule_ms is what comes before the engine runs it (catalog snapshot, checks, journal rows), overhead_ms the engine's time outside copying " +
 		"and catching up (preflight, setup, indexing, cutover, cleanup), copy_ms and catchup_ms the rest. A ratio above 1: Citus took longer.",
 }, {
-	Title: "Rebalance after adding a node: shardmover (one move at a time, and --overlap) and Citus",
+	Title: "Rebalance after adding a node: shardmover (one move at a time, --overlap, and --groups-per-stream 8) and Citus",
 	Columns: []Column{
 		{Label: "shardmover", Name: "BenchmarkCitusRebalance/shardmover"},
 		{Label: "shardmover --overlap", Name: "BenchmarkCitusRebalance/shardmover-overlap"},
+		{Label: "shardmover --groups-per-stream 8", Name: "BenchmarkCitusRebalance/shardmover-streams"},
 		{Label: "Citus citus_rebalance_start, force_logical", Name: "BenchmarkCitusRebalance/citus"},
 	},
 	Metrics: []string{"wall_s", "moved_MB", "throughput_fraction", "max_write_ms", "p99_write_ms",
@@ -93,6 +94,9 @@ var DefaultTargets = []Target{{
 }, {
 	Title: "writes' rate during a rebalance after adding a node, as a fraction of before (`--overlap`)",
 	Name:  "BenchmarkCitusRebalance/shardmover-overlap", Metric: "throughput_fraction", Below: 0.8, AtLeast: true,
+}, {
+	Title: "writes' rate during a rebalance after adding a node, as a fraction of before (`--groups-per-stream 8`)",
+	Name:  "BenchmarkCitusRebalance/shardmover-streams", Metric: "throughput_fraction", Below: 0.8, AtLeast: true,
 }}
 
 // results returns the results of the benchmark called name in whichever
