@@ -131,6 +131,8 @@ func TestHostileInput(t *testing.T) {
 		{"job id not a number", []string{"jobs", "show", "abc"}, `"abc" is not a job id`},
 		{"job id negative", []string{"jobs", "show", "-1"}, "-1 is not accepted: ids, counts and sizes are positive numbers"},
 		{"resume per-node zero", []string{"jobs", "resume", "1", "--per-node", "0"}, "--per-node must be at least 1, got 0"},
+		{"resume groups per stream zero", []string{"jobs", "resume", "1", "--groups-per-stream", "0"}, "--groups-per-stream must be at least 1, got 0"},
+		{"rebalance groups per stream negative", []string{"rebalance", "--groups-per-stream", "-3"}, "--groups-per-stream must be at least 1, got -3"},
 		{"unknown jobs subcommand", []string{"jobs", "sho", "1"}, `unknown command "sho" for ` + "`shardmover jobs` (did you mean show?)"},
 		// daemon
 		{"cron with four fields", []string{"daemon", "--schedule", "0 3 * *"}, `--schedule "0 3 * *" is not a cron expression`},

@@ -234,11 +234,32 @@ func TestMoveAndResumeHonourLimits(t *testing.T) {
 		{"move", "--shard", id(a[0]), "--to", w[2].Addr(), "--per-node", "0"},
 		{"jobs", "resume", id(serial), "--concurrency", "0"},
 		{"jobs", "resume", id(serial), "--per-node", "0"},
+		{"move", "--shard", id(a[0]), "--to", w[2].Addr(), "--groups-per-stream", "0"},
+		{"jobs", "resume", id(serial), "--groups-per-stream", "0"},
 	} {
 		_, msg, code := run(t, append(args, "--coordinator", coord)...)
 		assert.Equal(t, 2, code, "%v: %s", args, msg)
 		assert.Contains(t, msg, "must be at least 1", args)
 	}
+
+	// With --groups-per-stream 2, two groups from one node to another ride
+	// one stream: the second is carried by the first, and jobs show says so.
+	// (a[1] and b[0] are both on the second worker now; their old copies go
+	// first.)
+	_, msg, code = run(t, "cleanup", "--keep-old-for", "0s", "--coordinator", coord)
+	require.Equal(t, 0, code, msg)
+	out, msg, code = run(t, "move", "--shard", id(a[1]), "--shard", id(b[0]), "--to", w[2].Addr(), "--groups-per-stream", "2", "--coordinator", coord)
+	require.Equal(t, 0, code, msg)
+	assert.Equal(t, 2, strings.Count(out, "moved shard group"), out)
+	streamed := newestJob(t, coord)
+	j := showJob(t, coord, streamed)
+	require.Len(t, j.Moves, 2)
+	assert.Equal(t, "done", string(j.Job.State))
+	assert.Zero(t, j.Moves[0].CarriedBy)
+	assert.Equal(t, j.Moves[0].ID, j.Moves[1].CarriedBy, "the second move rode the first's stream")
+	out, msg, code = run(t, "jobs", "show", id(streamed), "--coordinator", coord)
+	require.Equal(t, 0, code, msg)
+	assert.Contains(t, out, "STREAM", out)
 }
 
 // TestJobStatesAgree: one rule names a job's state (mover.JobState), and

@@ -91,9 +91,10 @@ func (f *jobFlags) resolve(cmd *cobra.Command) error {
 	return f.maxWAL.resolve()
 }
 
-// registerLimits adds --concurrency, --per-node and --overlap, the limits
-// of every command that runs a job's moves (rebalance, drain, daemon, move,
-// jobs resume), with mover.DefaultLimits as defaults.
+// registerLimits adds --concurrency, --per-node, --overlap and
+// --groups-per-stream, the limits of every command that runs a job's moves
+// (rebalance, drain, daemon, move, jobs resume), with mover.DefaultLimits
+// as defaults.
 func registerLimits(cmd *cobra.Command, lim *mover.Limits) {
 	def := mover.DefaultLimits()
 	lim.Concurrency, lim.PerNode, lim.Overlap, lim.GroupsPerStream = def.Concurrency, def.PerNode, def.Overlap, def.GroupsPerStream
