@@ -365,7 +365,7 @@ func TestNodeFaultWorkers(t *testing.T) {
 		nodeCase(t, "catching_up", "the move resumed from its origin and finished")
 		shard, sourceGroup := groupShard(t, c, 1)
 		source := sbNode(t, c, sourceGroup)
-		restartDuringCatchUp(t, c, target, shard, source, source, 2)
+		restartDuringCatchUp(t, c, target, []int64{shard}, source, source, 2)
 	})
 
 	// 5. The walsender of the move's slot is terminated on the source while
@@ -514,7 +514,7 @@ func TestNodeFaultCoordinator(t *testing.T) {
 		nodeCase(t, "catching_up", "the mover took its lease again and finished; nothing prepared")
 		shard, sourceGroup := groupShard(t, c, 0)
 		source := sbNode(t, c, sourceGroup)
-		restartDuringCatchUp(t, c, target, shard, source, coord, 3)
+		restartDuringCatchUp(t, c, target, []int64{shard}, source, coord, 3)
 		assert.Zero(t, queryInt(t, source, "SELECT count(*) FROM pg_prepared_xacts WHERE gid LIKE 'shardmover%'"))
 	})
 
@@ -661,7 +661,10 @@ func pgCodeOf(err error) string {
 // starts it again 2 s later: the move must resume (the mover takes its lease
 // again after a coordinator restart) and finish, with no livelock, no slot
 // left on the source, and the ledger intact.
-func restartDuringCatchUp(t *testing.T, c *cluster, target metadata.Node, shard int64, source, down sandbox.Node, run uint8) {
+//
+// With several shards, their groups ride one stream (the first carrying
+// the others), and every move of it must finish.
+func restartDuringCatchUp(t *testing.T, c *cluster, target metadata.Node, shards []int64, source, down sandbox.Node, run uint8) {
 	t.Helper()
 	defer func() { require.NoError(t, startAll(c)) }()
 	bg := startPaced(c, 3, 300, run)
@@ -675,16 +678,18 @@ func restartDuringCatchUp(t *testing.T, c *cluster, target metadata.Node, shard 
 		restarted = restartLater(c, 2*time.Second)
 	})
 	eng := mover.New(cfg, c.cat)
-	m := scheduleMove(t, eng, shard, target)
+	ids := scheduleStream(t, c, eng, shards, target)
 	ctx, cancel := context.WithTimeout(context.Background(), nodeFaultTimeout)
 	defer cancel()
-	err := eng.Run(ctx, m.ID)
+	err := eng.Run(ctx, ids[0])
 	f.check(t)
 	require.NoError(t, <-restarted)
 	waitUp(t, c)
 	require.NoError(t, err, "the move must resume and finish once the node is back")
-	assertDone(t, c, m.ID)
-	assertNoLivelock(t, c, m.ID)
+	for _, id := range ids {
+		assertDone(t, c, id)
+		assertNoLivelock(t, c, id)
+	}
 	assert.Zero(t, slotsOn(t, source), "no shardmover slot may be left on the source")
 	settleVerify(t, c, bg.stop(t), restartErrors...)
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/shardmover/shardmover/internal/reliability"
+	"github.com/shardmover/shardmover/internal/sandbox"
 	"github.com/shardmover/shardmover/metadata"
 	"github.com/shardmover/shardmover/mover"
 	verifypkg "github.com/shardmover/shardmover/verify"
@@ -465,6 +466,61 @@ func TestCitusStreamUnderWorkload(t *testing.T) {
 			}
 			time.Sleep(200 * time.Millisecond)
 			verifyCitus(t, c, bg.stop(t), moved)
+		})
+	}
+}
+
+// scheduleStream schedules one job moving the groups of shards to target;
+// with more than one, the first move's stream carries the others. It
+// returns the moves' ids, the lead first.
+func scheduleStream(t *testing.T, c *cluster, eng *mover.Engine, shards []int64, target metadata.Node) []int64 {
+	t.Helper()
+	ctx := context.Background()
+	var reqs []mover.Request
+	for _, s := range shards {
+		reqs = append(reqs, mover.Request{ShardID: s, Target: target})
+	}
+	specs, err := eng.Resolve(ctx, reqs)
+	require.NoError(t, err)
+	_, moves, err := eng.Schedule(ctx, "move", specs)
+	require.NoError(t, err)
+	ids := make([]int64, len(moves))
+	for i, m := range moves {
+		ids[i] = m.ID
+	}
+	if len(ids) > 1 {
+		require.NoError(t, c.cat.Carry(ctx, ids[0], ids[1:]))
+	}
+	return ids
+}
+
+// TestStreamNodeFaults restarts each node while a stream of two groups
+// catches up (the coordinator, which takes the stream's lease with it;
+// the source; the target), under a paced workload: the stream's run takes
+// what it lost again and both moves finish, with no livelock, no slot
+// left and the ledger intact.
+func TestStreamNodeFaults(t *testing.T) {
+	c := newCluster(t, 16, 300, 3000)
+	target := c.newNode(t)
+	t.Cleanup(func() { _ = startAll(c) })
+	durableCommits(t, c, c.sb.Workers()...)
+	srcs := holders(t, c)
+	used := map[int]bool{}
+	for i, down := range []string{"coordinator", "source", "target"} {
+		t.Run(down+" restarted while the stream catches up", func(t *testing.T) {
+			nodeCase(t, "catching_up (a stream of two groups)", "the stream's mover took what it lost again and both moves finished; no slot left")
+			groups := groupsOn(t, c, srcs[i%2], 2, used)
+			cl, err := c.cat.Snapshot(context.Background(), metadata.SnapshotOptions{SkipSizes: true})
+			require.NoError(t, err)
+			var shards []int64
+			for _, g := range groups {
+				used[g] = true
+				shards = append(shards, cl.Groups[g].ShardIDs[0])
+			}
+			source := sbNode(t, c, srcs[i%2])
+			node := map[string]sandbox.Node{"coordinator": c.sb.Coordinator(), "source": source, "target": sbNode(t, c, target.GroupID)}[down]
+			restartDuringCatchUp(t, c, target, shards, source, node, uint8(10+i))
+			assertPlaced(t, c, groups, target.GroupID)
 		})
 	}
 }

@@ -105,9 +105,10 @@ func (r *run) verifyBeforeCutover(ctx context.Context, m metadata.Move) (fresh b
 }
 
 // watchVerify stops a running verify when the run loses its lease or the
-// move (or one its stream carries) is asked to cancel, as the catch-up loop does between its turns. The
-// lease's check is never cancelled midway (pgx closes a connection whose
-// query is cancelled, which would lose the lease).
+// move (or one its stream carries) is asked to cancel, as the catch-up loop
+// does between its turns. The lease's check is never cancelled midway (pgx
+// closes a connection whose query is cancelled, which would lose the
+// lease).
 func (r *run) watchVerify(ctx context.Context, cancel context.CancelCauseFunc) {
 	t := time.NewTicker(verifyWatchEvery)
 	defer t.Stop()
