@@ -1003,7 +1003,7 @@ type Settlement struct {
 // call it. A move that does not exist settles as not committed.
 func (c *Catalog) SettleDecision(ctx context.Context, id int64) (Settlement, error) {
 	var st Settlement
-	if _, err := c.pool.Exec(ctx, `SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity
+	if _, err := c.pool.Exec(ctx, `SELECT pg_catalog.pg_terminate_backend(pid, 5000::bigint) FROM pg_stat_activity
 		WHERE application_name = $1 AND pid <> pg_backend_pid()`, decisionName(id)); err != nil {
 		if ctx.Err() != nil || IsUnknownOutcome(err) {
 			return st, fmt.Errorf("end the in-flight decision of move %d: %w", id, err)

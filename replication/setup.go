@@ -248,7 +248,7 @@ func DropSlot(ctx context.Context, db DB, slot string) error {
 			return fmt.Errorf("drop slot %q: %w", slot, err)
 		}
 		if pid != nil {
-			if _, err := db.Exec(ctx, `SELECT pg_terminate_backend($1, 5000)`, *pid); err != nil && pgCode(err) != "" {
+			if _, err := db.Exec(ctx, `SELECT pg_catalog.pg_terminate_backend($1::integer, 5000::bigint)`, *pid); err != nil && pgCode(err) != "" {
 				return fmt.Errorf("drop slot %q: terminate walsender %d: %w", slot, *pid, err)
 			}
 		}
@@ -281,7 +281,7 @@ func DropOrigin(ctx context.Context, db DB, origin string) error {
 		if pgCode(err) != "55006" || attempt >= 50 {
 			return fmt.Errorf("drop origin %q: %w", origin, err)
 		}
-		if _, err := db.Exec(ctx, `SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity WHERE application_name = $1 AND pid <> pg_backend_pid()`, origin); err != nil {
+		if _, err := db.Exec(ctx, `SELECT pg_catalog.pg_terminate_backend(pid, 5000::bigint) FROM pg_stat_activity WHERE application_name = $1 AND pid <> pg_backend_pid()`, origin); err != nil {
 			return fmt.Errorf("drop origin %q: terminate applier: %w", origin, err)
 		}
 		if err := ctxtime.Sleep(ctx, dropBackoff(attempt)); err != nil {
