@@ -106,9 +106,10 @@ func tableExists(t *testing.T, c *cluster, n metadata.Node, qualified string) bo
 
 // TestStreamUnderWorkload moves three groups from each of the two workers
 // to the new node in one job, the groups of each pair riding one stream,
-// while 8 clients write: every move is done, one slot per pair was made,
-// the ledger holds, and each group's old copy is recorded under its own
-// move.
+// while 8 clients write, with verify before cutover on: every move is
+// done, one slot per pair was made, each stream was verified equal before
+// its cutover, the ledger holds, and each group's old copy is recorded
+// under its own move.
 func TestStreamUnderWorkload(t *testing.T) {
 	c := newCluster(t, 16, 400, 6000)
 	target := c.newNode(t)
@@ -120,6 +121,7 @@ func TestStreamUnderWorkload(t *testing.T) {
 	groups := append(slices.Clone(a), b...)
 
 	cfg := testConfig(t)
+	cfg.Verify = true
 	slots := map[int64]int{}
 	cfg.AfterPhase = func(id int64, p mover.Phase) error {
 		if p == mover.Setup {
@@ -151,6 +153,17 @@ func TestStreamUnderWorkload(t *testing.T) {
 		assert.Equal(t, 1, slots[lead], "the stream of move %d was set up once", lead)
 	}
 	assert.Len(t, slots, 2, "only the leads set anything up: %v", slots)
+	for lead := range leads {
+		hist, err := c.cat.MoveHistory(ctx, lead)
+		require.NoError(t, err)
+		verified := false
+		for _, h := range hist {
+			if h.To == "cutover" {
+				verified = verified || strings.Contains(h.Message, "verified equal at") && strings.Contains(h.Message, "(6 tables,")
+			}
+		}
+		assert.True(t, verified, "the stream of move %d was verified, all 6 tables, before its cutover: %v", lead, hist)
+	}
 
 	// Each group's old copy stays on its source, fenced under its stream's
 	// name, recorded under its own move.
@@ -522,5 +535,44 @@ func TestStreamNodeFaults(t *testing.T) {
 			restartDuringCatchUp(t, c, target, shards, source, node, uint8(10+i))
 			assertPlaced(t, c, groups, target.GroupID)
 		})
+	}
+}
+
+// TestStreamJobCancelled cancels a whole job whose moves ride one stream
+// (as `jobs cancel` does: every move asked, then the job run), after a
+// mover died with the stream catching up: every move ends cancelled, the
+// groups stay on their source, and nothing is left on the target.
+func TestStreamJobCancelled(t *testing.T) {
+	c := newCluster(t, 8, 200, 2000)
+	target := c.newNode(t)
+	ctx := context.Background()
+	src := holders(t, c)[0]
+	groups := groupsOn(t, c, src, 3, nil)
+	bg := startWorkload(c, 4, 200, 0)
+	cfg := testConfig(t)
+	cfg.AfterPhase = func(_ int64, p mover.Phase) error {
+		if p == mover.Indexing {
+			return errors.New("kill")
+		}
+		return nil
+	}
+	job, moves := scheduleJob(t, c, mover.New(cfg, c.cat), groups, target)
+	_, err := mover.New(cfg, c.cat).RunJob(ctx, job.ID, streamLimits)
+	require.ErrorIs(t, err, mover.ErrKilled)
+	for _, m := range moves {
+		_, err := c.cat.RequestCancel(ctx, m.ID)
+		require.NoError(t, err)
+	}
+	res, err := mover.New(testConfig(t), c.cat).RunJob(ctx, job.ID, mover.DefaultLimits())
+	require.ErrorContains(t, err, "cancelled", "a cancelled move's run says so")
+	assert.Equal(t, mover.JobResult{Cancelled: 3}, res)
+	verify(t, c, bg.stop(t))
+	assertPlaced(t, c, groups, src)
+	for _, m := range jobMoves(t, c, job.ID) {
+		assert.Equal(t, "cancelled", string(m.Phase), "move %d", m.ID)
+		assert.Equal(t, moves[0].ID, m.StreamID())
+		for _, tbl := range m.ShardTables {
+			assert.False(t, tableExists(t, c, target, tbl), "the cancelled group's copy %s is dropped from the target", tbl)
+		}
 	}
 }
