@@ -79,8 +79,8 @@ func jobMoves(t *testing.T, c *cluster, job int64) []metadata.Move {
 	return ms
 }
 
-// assertOnTarget checks that each group (snapshot index) is placed on
-// target, and that the target holds no table of the groups in absent.
+// assertPlaced checks that each group (snapshot index) is placed on node
+// group group.
 func assertPlaced(t *testing.T, c *cluster, groups []int, group int32) {
 	t.Helper()
 	cl, err := c.cat.Snapshot(context.Background(), metadata.SnapshotOptions{SkipSizes: true})
@@ -102,6 +102,15 @@ func tableExists(t *testing.T, c *cluster, n metadata.Node, qualified string) bo
 	var ok bool
 	require.NoError(t, conn.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", id.Sanitize()).Scan(&ok))
 	return ok
+}
+
+// assertNoCopy checks that none of the tables of cancelled move m is on
+// target.
+func assertNoCopy(t *testing.T, c *cluster, target metadata.Node, m metadata.Move) {
+	t.Helper()
+	for _, tbl := range m.ShardTables {
+		assert.False(t, tableExists(t, c, target, tbl), "the cancelled group's copy %s is dropped from the target", tbl)
+	}
 }
 
 // TestStreamUnderWorkload moves three groups from each of the two workers
@@ -352,9 +361,7 @@ func TestStreamRiderCancelled(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, "cancelled", string(got.Phase), "move %d", r.ID)
 		assert.False(t, got.CutoverCommitted)
-		for _, tbl := range r.ShardTables {
-			assert.False(t, tableExists(t, c, target, tbl), "the cancelled group's copy %s is dropped from the target", tbl)
-		}
+		assertNoCopy(t, c, target, r)
 	}
 }
 
@@ -421,18 +428,19 @@ func TestStreamSchemaChangeFailsCleanly(t *testing.T) {
 
 // TestCitusStreamUnderWorkload moves shard groups of a real Citus cluster
 // in streams of two onto the added worker while the ledger workload
-// writes through Citus: one stream plain, one killed after its prepares
-// on every node and one right after its decision, each recovered by a new
-// mover. Citus keeps routing every write, every node's placements agree,
+// writes through Citus: one stream plain, and one killed at each cutover
+// step (after the metadata locks, after the applier caught up under them,
+// after the prepares on every node, right after the decision), each
+// recovered by a new mover. Citus keeps routing every write, every node's placements agree,
 // and after Citus's own cleanup nothing old or ours is left.
 func TestCitusStreamUnderWorkload(t *testing.T) {
 	ctx := context.Background()
-	c := newCitusCluster(t, 12, 300, 4000)
+	c := newCitusCluster(t, 20, 300, 4000)
 	target := c.newNode(t)
 	srcs := holders(t, c)
 	moved := map[int64]int32{}
 	used := map[int]bool{}
-	for i, kill := range []string{"", "prepared", "decided"} {
+	for i, kill := range []string{"", "locked", "caught_up", "prepared", "decided"} {
 		name := "plain"
 		if kill != "" {
 			name = "killed at " + kill
@@ -571,8 +579,6 @@ func TestStreamJobCancelled(t *testing.T) {
 	for _, m := range jobMoves(t, c, job.ID) {
 		assert.Equal(t, "cancelled", string(m.Phase), "move %d", m.ID)
 		assert.Equal(t, moves[0].ID, m.StreamID())
-		for _, tbl := range m.ShardTables {
-			assert.False(t, tableExists(t, c, target, tbl), "the cancelled group's copy %s is dropped from the target", tbl)
-		}
+		assertNoCopy(t, c, target, m)
 	}
 }
