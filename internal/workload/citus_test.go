@@ -190,16 +190,20 @@ func TestCitusWorkloadUnderCitusMove(t *testing.T) {
 	v, err = workload.Check(ctx, r, res.Ledger)
 	require.NoError(t, err)
 	if !v.OK() {
-		// Citus's own move, not ours: once in CI (on this commit's parent)
-		// a DELETE through the target worker waited out Citus's cutover and
-		// then found 0 rows, though the row's INSERT had been acknowledged
-		// through the same worker 13 ms before it began, and the row was on
-		// the new placement afterwards: the delete ran there before Citus's
-		// catch-up had brought the insert. The ledger rightly reports the
-		// row present after an acknowledged delete. What this test checks
-		// is the harness: every violation must be such a row, each one a
-		// DELETE the server itself reported as finding nothing (the run's
-		// delete_missing_row errors); anything else fails.
+		// Citus's own move, not ours: once in CI a DELETE through the
+		// target worker waited out Citus's cutover and then found 0 rows,
+		// though the row's INSERT had been acknowledged through the same
+		// worker 13 ms before it began, and the row was on the new
+		// placement afterwards. Citus takes its metadata lock in the
+		// executor, after the statement's snapshot: the delete ran locally
+		// on the new placement with a snapshot older than the apply of
+		// the insert there (docs/design.md 3.1, "Writes entering on the
+		// target", the hole shardmover's cutover closes by locking the
+		// distributed tables on the target first). The ledger rightly
+		// reports the row present after an acknowledged delete. What this
+		// test checks is the harness: every violation must be such a row,
+		// each one a DELETE the server itself reported as finding nothing
+		// (the run's delete_missing_row errors); anything else fails.
 		for _, viol := range v.Violations {
 			require.True(t, strings.HasPrefix(viol, "acknowledged delete of"), "a violation after a Citus move other than a delete that found no row: %s", viol)
 		}
