@@ -104,10 +104,18 @@ func scrape(t *testing.T, d *scheduler.Daemon) map[string]float64 {
 // TestDaemonRebalancesAfterNodeAdd: a node added while the daemon runs
 // starts a rebalance after the settle period; the cluster ends balanced and
 // the workload's ledger is intact; metrics move.
-func TestDaemonRebalancesAfterNodeAdd(t *testing.T) {
-	sb, cat, r := loaded(t, 8)
+func TestDaemonRebalancesAfterNodeAdd(t *testing.T) { daemonRebalancesAfterNodeAdd(t, 8, 1) }
+
+// TestDaemonStreamsAfterNodeAdd is TestDaemonRebalancesAfterNodeAdd with
+// --groups-per-stream 4 and 12 groups (two moves from each worker): the
+// daemon's job moves each worker's groups in one stream.
+func TestDaemonStreamsAfterNodeAdd(t *testing.T) { daemonRebalancesAfterNodeAdd(t, 12, 4) }
+
+func daemonRebalancesAfterNodeAdd(t *testing.T, shards, perStream int) {
+	sb, cat, r := loaded(t, shards)
 	ctx := context.Background()
 	cfg := daemonConfig(t)
+	cfg.Limits.GroupsPerStream = perStream
 	cfg.KeepOldFor, cfg.SweepEvery = 0, 300*time.Millisecond
 	d, stop := startDaemon(t, cfg, cat)
 	eventually(t, "leadership", 30*time.Second, d.IsLeader)
@@ -145,6 +153,18 @@ func TestDaemonRebalancesAfterNodeAdd(t *testing.T) {
 	plan, err := planner.Plan(in)
 	require.NoError(t, err)
 	assert.Empty(t, plan.Moves, "after the daemon's rebalance the planner has nothing left to do")
+	if perStream > 1 {
+		moves, err := cat.Moves(ctx, metadata.MoveFilter{})
+		require.NoError(t, err)
+		carried := 0
+		for _, m := range moves {
+			assert.Equal(t, "done", string(m.Phase), "move %d", m.ID)
+			if m.CarriedBy != 0 {
+				carried++
+			}
+		}
+		assert.Positive(t, carried, "the daemon's job carried moves in streams: %+v", moves)
+	}
 
 	after := scrape(t, d)
 	assert.Positive(t, after["shardmover_bytes_copied_total"])
