@@ -57,16 +57,33 @@ func holders(t *testing.T, c *cluster) []int32 {
 // target.
 func scheduleJob(t *testing.T, c *cluster, eng *mover.Engine, groups []int, target metadata.Node) (metadata.Job, []metadata.Move) {
 	t.Helper()
-	ctx := context.Background()
-	cl, err := c.cat.Snapshot(ctx, metadata.SnapshotOptions{SkipSizes: true})
+	return scheduleShards(t, eng, "rebalance", groupShards(t, c, groups), target)
+}
+
+// groupShards returns a shard of each group (snapshot indexes).
+func groupShards(t *testing.T, c *cluster, groups []int) []int64 {
+	t.Helper()
+	cl, err := c.cat.Snapshot(context.Background(), metadata.SnapshotOptions{SkipSizes: true})
 	require.NoError(t, err)
-	var reqs []mover.Request
-	for _, i := range groups {
-		reqs = append(reqs, mover.Request{ShardID: cl.Groups[i].ShardIDs[0], Target: target})
+	out := make([]int64, len(groups))
+	for i, g := range groups {
+		out[i] = cl.Groups[g].ShardIDs[0]
+	}
+	return out
+}
+
+// scheduleShards schedules one job of kind moving the groups of shards to
+// target.
+func scheduleShards(t *testing.T, eng *mover.Engine, kind string, shards []int64, target metadata.Node) (metadata.Job, []metadata.Move) {
+	t.Helper()
+	ctx := context.Background()
+	reqs := make([]mover.Request, len(shards))
+	for i, s := range shards {
+		reqs[i] = mover.Request{ShardID: s, Target: target}
 	}
 	specs, err := eng.Resolve(ctx, reqs)
 	require.NoError(t, err)
-	job, moves, err := eng.Schedule(ctx, "rebalance", specs)
+	job, moves, err := eng.Schedule(ctx, kind, specs)
 	require.NoError(t, err)
 	return job, moves
 }
@@ -496,21 +513,13 @@ func TestCitusStreamUnderWorkload(t *testing.T) {
 // returns the moves' ids, the lead first.
 func scheduleStream(t *testing.T, c *cluster, eng *mover.Engine, shards []int64, target metadata.Node) []int64 {
 	t.Helper()
-	ctx := context.Background()
-	var reqs []mover.Request
-	for _, s := range shards {
-		reqs = append(reqs, mover.Request{ShardID: s, Target: target})
-	}
-	specs, err := eng.Resolve(ctx, reqs)
-	require.NoError(t, err)
-	_, moves, err := eng.Schedule(ctx, "move", specs)
-	require.NoError(t, err)
+	_, moves := scheduleShards(t, eng, "move", shards, target)
 	ids := make([]int64, len(moves))
 	for i, m := range moves {
 		ids[i] = m.ID
 	}
 	if len(ids) > 1 {
-		require.NoError(t, c.cat.Carry(ctx, ids[0], ids[1:]))
+		require.NoError(t, c.cat.Carry(context.Background(), ids[0], ids[1:]))
 	}
 	return ids
 }
@@ -531,13 +540,10 @@ func TestStreamNodeFaults(t *testing.T) {
 		t.Run(down+" restarted while the stream catches up", func(t *testing.T) {
 			nodeCase(t, "catching_up (a stream of two groups)", "the stream's mover took what it lost again and both moves finished; no slot left")
 			groups := groupsOn(t, c, srcs[i%2], 2, used)
-			cl, err := c.cat.Snapshot(context.Background(), metadata.SnapshotOptions{SkipSizes: true})
-			require.NoError(t, err)
-			var shards []int64
 			for _, g := range groups {
 				used[g] = true
-				shards = append(shards, cl.Groups[g].ShardIDs[0])
 			}
+			shards := groupShards(t, c, groups)
 			source := sbNode(t, c, srcs[i%2])
 			node := map[string]sandbox.Node{"coordinator": c.sb.Coordinator(), "source": source, "target": sbNode(t, c, target.GroupID)}[down]
 			restartDuringCatchUp(t, c, target, shards, source, node, uint8(10+i))
