@@ -172,6 +172,12 @@ func BenchmarkApply(b *testing.B) {
 		}
 	}
 	poll := e.connect(e.tgtDSN)
+	// The poll for the marker runs every 2 ms in the timed window: it must
+	// cost next to nothing. The planner sees a table truncated and
+	// analyzed empty as empty and scans it whole, a scan that grows with
+	// every applied row (perf: the poll's backend took about 0.4 s of CPU
+	// per side, on two cores, as much as the applier's own backend).
+	e.exec(poll, `SET enable_seqscan = off`)
 	meter := newCPUMeter(b, e.src, e.tgt)
 	// The launcher starts subscription workers at most every
 	// wal_retrieve_retry_interval (5 s): keep that out of the measurement.
@@ -244,6 +250,16 @@ func BenchmarkApply(b *testing.B) {
 				time.Sleep(2 * time.Millisecond)
 			}
 		}
+		// walsenderTime is the CPU time of the walsender serving the
+		// slot: it started with the side's window, so its whole time is
+		// the window's (it does the same decoding for either side).
+		walsenderTime := func(b *testing.B) time.Duration {
+			var pid int
+			require.NoError(b, e.src.QueryRow(ctx, `SELECT active_pid FROM pg_replication_slots WHERE slot_name = 'bench_apply'`).Scan(&pid))
+			d, ok := cpumeter.ProcessCPU(pid)
+			require.True(b, ok, "read the walsender's CPU time")
+			return d
+		}
 		verify := func(b *testing.B) {
 			e.assertSame(shape.table, "id")
 			require.NoError(b, replication.DropSlot(ctx, e.src, "bench_apply"))
@@ -264,6 +280,7 @@ func BenchmarkApply(b *testing.B) {
 				waitLast(b)
 				b.StopTimer()
 				sideTime[0] += time.Since(start)
+				walsenderCPU[0] += walsenderTime(b)
 				servers, self := meter.Since(cpu0)
 				sideCPU[0] += servers + self
 				require.NoError(b, r.stop())
@@ -277,6 +294,7 @@ func BenchmarkApply(b *testing.B) {
 				waitLast(b)
 				b.StopTimer()
 				sideTime[1] += time.Since(start)
+				walsenderCPU[1] += walsenderTime(b)
 				servers, self := meter.Since(cpu0)
 				sideCPU[1] += servers + self
 				e.exec(e.tgt, `ALTER SUBSCRIPTION bench_sub DISABLE`)
@@ -286,7 +304,7 @@ func BenchmarkApply(b *testing.B) {
 		}
 
 		b.Run(shape.name, func(b *testing.B) {
-			sideTime, sideCPU = [2]time.Duration{}, [2]time.Duration{}
+			sideTime, sideCPU, walsenderCPU = [2]time.Duration{}, [2]time.Duration{}, [2]time.Duration{}
 			var pos [2]time.Duration // first and second of each pair
 			b.StopTimer()
 			for i := 0; i < b.N; i++ {
@@ -321,6 +339,15 @@ func BenchmarkApply(b *testing.B) {
 			b.ReportMetric(smCPU, "shardmover_changes/cpu_s")
 			b.ReportMetric(nativeCPU, "native_changes/cpu_s")
 			b.ReportMetric(smCPU/nativeCPU, "x_native_cpu")
+			// The walsender's share of each side's window: near 1, it
+			// was busy the whole time, and no applier could have gone
+			// faster. A window is never shorter than its walsender's CPU
+			// time (one process), so x_native cannot exceed the native
+			// windows over the walsender's time in ours:
+			// x_native_walsender_bound.
+			b.ReportMetric(walsenderCPU[0].Seconds()/sideTime[0].Seconds(), "shardmover_walsender_busy")
+			b.ReportMetric(walsenderCPU[1].Seconds()/sideTime[1].Seconds(), "native_walsender_busy")
+			b.ReportMetric(sideTime[1].Seconds()/walsenderCPU[0].Seconds(), "x_native_walsender_bound")
 		})
 	}
 }
@@ -343,6 +370,10 @@ func newCPUMeter(b *testing.B, conns ...*pgx.Conn) cpumeter.Meter {
 // sideTime adds up BenchmarkApply's timed windows of one shape run:
 // [0] shardmover's Stream, [1] CREATE SUBSCRIPTION.
 var sideTime [2]time.Duration
+
+// walsenderCPU adds up the CPU time of the walsender of each side's
+// windows.
+var walsenderCPU [2]time.Duration
 
 // sideCPU adds up the CPU time of both nodes' PostgreSQL processes and of
 // this process over the same windows.

@@ -38,6 +38,13 @@ func PostmasterOf(backendPID int) (int, bool) {
 	return ppid, ok
 }
 
+// ProcessCPU returns the CPU time one live process has used since it
+// started (not its children's), or false when it cannot be read.
+func ProcessCPU(pid int) (time.Duration, bool) {
+	own, _, _, _, ok := procStat(pid)
+	return time.Duration(own) * tick, ok
+}
+
 // Meter measures the instances of its postmasters and this process.
 type Meter struct{ postmasters []int }
 

@@ -40,6 +40,11 @@ func TestCountsExitedAndLiveChildren(t *testing.T) {
 	own, _, _, _, ok := procStat(live.Process.Pid)
 	require.True(t, ok, "the live child is still there")
 	require.Greater(t, own, int64(0), "the live child burned its CPU")
+	one, ok := ProcessCPU(live.Process.Pid)
+	require.True(t, ok)
+	require.Equal(t, time.Duration(own)*tick, one, "ProcessCPU reads the same process")
+	_, ok = ProcessCPU(-1)
+	require.False(t, ok, "no such process")
 	servers, _ = m.Since(start)
 	require.GreaterOrEqual(t, servers, time.Duration(own)*tick, "a live child counts")
 

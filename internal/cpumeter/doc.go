@@ -7,5 +7,6 @@
 // both ends by their difference, those that exited meanwhile through their
 // postmaster's reaped time (Linux adds a reaped child's time to its
 // parent's), those started meanwhile whole. It assumes 100 clock ticks a
-// second (Linux's USER_HZ). It measures; it changes nothing.
+// second (Linux's USER_HZ). ProcessCPU reads one process's own time since
+// it started. It measures; it changes nothing.
 package cpumeter
