@@ -158,6 +158,12 @@ func BenchmarkApply(b *testing.B) {
 		payload jsonb NOT NULL, created_at timestamptz NOT NULL)`)
 	e.both(`CREATE INDEX ON bench_events (event_type)`)
 	e.both(`CREATE TABLE bench_upd (id bigint PRIMARY KEY, v bigint NOT NULL, t text NOT NULL)`)
+	// An autovacuum of a table the backlog just filled, or the apply is
+	// filling, lands in some windows and not others, on either node:
+	// prepare vacuums and analyzes before each window instead.
+	for _, t := range []string{"bench_apply", "bench_events", "bench_upd"} {
+		e.both(`ALTER TABLE ` + t + ` SET (autovacuum_enabled = off)`)
+	}
 	ctx := context.Background()
 	require.NoError(b, replication.CreatePublication(ctx, e.src, "bench_apply", []pgx.Identifier{
 		{"public", "bench_apply"}, {"public", "bench_events"}, {"public", "bench_upd"}}))
@@ -260,6 +266,17 @@ func BenchmarkApply(b *testing.B) {
 			require.True(b, ok, "read the walsender's CPU time")
 			return d
 		}
+		// applierTime is the same for the target's backend that applied:
+		// the subscription's worker, or the Stream's session (named by its
+		// origin). Logged with the rest of the window's CPU.
+		applierTime := func(b *testing.B) time.Duration {
+			var pid int
+			require.NoError(b, e.tgt.QueryRow(ctx, `SELECT pid FROM pg_stat_activity
+				WHERE backend_type = 'logical replication worker' OR (backend_type = 'client backend' AND application_name = 'bench_apply')`).Scan(&pid))
+			d, ok := cpumeter.ProcessCPU(pid)
+			require.True(b, ok, "read the applying backend's CPU time")
+			return d
+		}
 		verify := func(b *testing.B) {
 			e.assertSame(shape.table, "id")
 			require.NoError(b, replication.DropSlot(ctx, e.src, "bench_apply"))
@@ -280,9 +297,10 @@ func BenchmarkApply(b *testing.B) {
 				waitLast(b)
 				b.StopTimer()
 				sideTime[0] += time.Since(start)
-				walsenderCPU[0] += walsenderTime(b)
 				servers, self := meter.Since(cpu0)
 				sideCPU[0] += servers + self
+				split[0] = cpuSplit{walsenderTime(b), applierTime(b), servers, self}
+				walsenderCPU[0] += split[0].walsender
 				require.NoError(b, r.stop())
 			}},
 			{"create-subscription", func(b *testing.B) {
@@ -294,9 +312,10 @@ func BenchmarkApply(b *testing.B) {
 				waitLast(b)
 				b.StopTimer()
 				sideTime[1] += time.Since(start)
-				walsenderCPU[1] += walsenderTime(b)
 				servers, self := meter.Since(cpu0)
 				sideCPU[1] += servers + self
+				split[1] = cpuSplit{walsenderTime(b), applierTime(b), servers, self}
+				walsenderCPU[1] += split[1].walsender
 				e.exec(e.tgt, `ALTER SUBSCRIPTION bench_sub DISABLE`)
 				e.exec(e.tgt, `ALTER SUBSCRIPTION bench_sub SET (slot_name = NONE)`)
 				e.exec(e.tgt, `DROP SUBSCRIPTION bench_sub`)
@@ -324,6 +343,11 @@ func BenchmarkApply(b *testing.B) {
 				var line strings.Builder
 				for k, s := range order {
 					fmt.Fprintf(&line, "%s %s (%.0f changes/s); ", sides[s].name, took[k].Round(time.Millisecond), float64(shape.changes)/took[k].Seconds())
+				}
+				for s := range sides {
+					c := split[s]
+					fmt.Fprintf(&line, "%s's last window's CPU: walsender %s, applying backend %s, both servers %s, bench process %s; ",
+						sides[s].name, c.walsender, c.applier, c.servers, c.self)
 				}
 				b.Logf("%s: %s", shape.name, line.String())
 			}
@@ -370,6 +394,11 @@ func newCPUMeter(b *testing.B, conns ...*pgx.Conn) cpumeter.Meter {
 // sideTime adds up BenchmarkApply's timed windows of one shape run:
 // [0] shardmover's Stream, [1] CREATE SUBSCRIPTION.
 var sideTime [2]time.Duration
+
+// split is the CPU of each side's last window, by process.
+var split [2]cpuSplit
+
+type cpuSplit struct{ walsender, applier, servers, self time.Duration }
 
 // walsenderCPU adds up the CPU time of the walsender of each side's
 // windows.
