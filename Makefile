@@ -43,7 +43,7 @@ demo: deps build
 ## shardmover's N rebalances would all run minutes before Citus's; run by run, every side
 ## runs next to its baseline. About 20 minutes on 2 busy cores at these sizes.
 BENCH_COUNT ?= 3
-BENCH_ENV   ?= SHARDMOVER_BENCH_CITUS_MB=150 SHARDMOVER_BENCH_MB=64 SHARDMOVER_BENCH_CHANGES=30000 SHARDMOVER_BENCH_APPLY_ROWS=200000 SHARDMOVER_BENCH_EVENTS=60000
+BENCH_ENV   ?= SHARDMOVER_BENCH_CITUS_MB=150 SHARDMOVER_BENCH_MB=64 SHARDMOVER_BENCH_CHANGES=100000 SHARDMOVER_BENCH_APPLY_ROWS=200000 SHARDMOVER_BENCH_EVENTS=60000
 BENCH_OUT   := bin/bench.txt
 BENCH_LOAD  := bin/bench-load.txt
 BENCH_GO1   := $(GO) test -p 1 -count=1 -run '^$$' -bench '^(BenchmarkCitusRebalance|BenchmarkApply|BenchmarkCopy|BenchmarkMoveUnderWorkload|BenchmarkMoveMemory|BenchmarkMoveFixedCost)$$' -benchtime=1x -timeout 60m ./scheduler ./replication ./e2e ./mover

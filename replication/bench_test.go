@@ -111,7 +111,8 @@ type applyShape struct {
 // iteration; the clock runs from the start of the applier until the
 // backlog's marker row (its last transaction) is visible on the target.
 //
-// Shapes (n = SHARDMOVER_BENCH_CHANGES, default 30000):
+// Shapes (n = SHARDMOVER_BENCH_CHANGES, default 100000: with 30000 a window
+// lasted 0.2 to 0.5 s, and the start of either applier weighed in it):
 //   - txn10: mixed changes, per round 4 inserts, 4 updates and 2 deletes in
 //     one source transaction (folding and grouping help here);
 //   - txn1: the same changes, each its own transaction (as an OLTP
@@ -131,8 +132,8 @@ type applyShape struct {
 // ANALYZEd, the slot is created, the backlog written, and a CHECKPOINT run
 // on both nodes, so that neither side inherits the other's dirty buffers or
 // a checkpoint falling into its window (SHARDMOVER_BENCH_APPLY_NOCHECKPOINT=1
-// skips the VACUUM and the CHECKPOINT, to see what they change). The side
-// Each iteration applies the backlog four times, A B B A, so that each side
+// skips the VACUUM and the CHECKPOINT, to see what they change).
+// Autovacuum is off on the bench tables, on both nodes. Each iteration applies the backlog four times, A B B A, so that each side
 // is once first and once second of a pair (A alternates between iterations
 // and runs): measured alone, the side that went first of a pair was faster
 // in most pairs on a busy host, whichever it was.
@@ -146,10 +147,19 @@ type applyShape struct {
 // PostgreSQL instances, exited ones through their postmaster, plus this
 // process, which on the native side only polls): shardmover_changes/cpu_s,
 // native_changes/cpu_s and their ratio x_native_cpu. ns/op is the four
-// timed windows.
+// timed windows. The log line of each iteration gives every window's CPU
+// by process (the walsender, the backend that applied, both servers, this
+// process).
+//
+// Both sides are fed by the same kind of walsender doing the same decoding:
+// shardmover_walsender_busy and native_walsender_busy are the walsender's
+// CPU time over its side's windows. Near 1, the walsender was busy all along
+// and no applier could have been faster; x_native_walsender_bound, the
+// native windows over the walsender's CPU time in shardmover's, is the
+// most x_native could be.
 func BenchmarkApply(b *testing.B) {
 	e := newEnv(b)
-	n := envInt("SHARDMOVER_BENCH_CHANGES", 30000)
+	n := envInt("SHARDMOVER_BENCH_CHANGES", 100000)
 	rows := envInt("SHARDMOVER_BENCH_APPLY_ROWS", 200000)
 	checkpoint := os.Getenv("SHARDMOVER_BENCH_APPLY_NOCHECKPOINT") == ""
 	rounds := n / 10
@@ -332,22 +342,21 @@ func BenchmarkApply(b *testing.B) {
 				a := (applyRuns + i) % 2
 				order := [4]int{a, 1 - a, 1 - a, a}
 				var took [4]time.Duration
+				var splits [4]cpuSplit
 				for k, s := range order {
 					before := sideTime[s]
 					prepare(b)
 					sides[s].apply(b)
 					verify(b)
-					took[k] = sideTime[s] - before
+					took[k], splits[k] = sideTime[s]-before, split[s]
 					pos[k%2] += took[k]
 				}
 				var line strings.Builder
 				for k, s := range order {
-					fmt.Fprintf(&line, "%s %s (%.0f changes/s); ", sides[s].name, took[k].Round(time.Millisecond), float64(shape.changes)/took[k].Seconds())
-				}
-				for s := range sides {
-					c := split[s]
-					fmt.Fprintf(&line, "%s's last window's CPU: walsender %s, applying backend %s, both servers %s, bench process %s; ",
-						sides[s].name, c.walsender, c.applier, c.servers, c.self)
+					c := splits[k]
+					fmt.Fprintf(&line, "%s %s (%.0f changes/s; CPU: walsender %s, applying backend %s, both servers %s, bench process %s); ",
+						sides[s].name, took[k].Round(time.Millisecond), float64(shape.changes)/took[k].Seconds(),
+						c.walsender, c.applier, c.servers, c.self)
 				}
 				b.Logf("%s: %s", shape.name, line.String())
 			}
@@ -395,7 +404,7 @@ func newCPUMeter(b *testing.B, conns ...*pgx.Conn) cpumeter.Meter {
 // [0] shardmover's Stream, [1] CREATE SUBSCRIPTION.
 var sideTime [2]time.Duration
 
-// split is the CPU of each side's last window, by process.
+// split is the CPU of each side's latest window, by process.
 var split [2]cpuSplit
 
 type cpuSplit struct{ walsender, applier, servers, self time.Duration }
