@@ -133,10 +133,11 @@ type applyShape struct {
 // on both nodes, so that neither side inherits the other's dirty buffers or
 // a checkpoint falling into its window (SHARDMOVER_BENCH_APPLY_NOCHECKPOINT=1
 // skips the VACUUM and the CHECKPOINT, to see what they change).
-// Autovacuum is off on the bench tables, on both nodes. Each iteration applies the backlog four times, A B B A, so that each side
-// is once first and once second of a pair (A alternates between iterations
-// and runs): measured alone, the side that went first of a pair was faster
-// in most pairs on a busy host, whichever it was.
+// Autovacuum is off on the bench tables, on both nodes. Each iteration
+// applies the backlog four times, A B B A, so that each side is once first
+// and once second of a pair (A alternates between iterations and runs):
+// measured alone, the side that went first of a pair was faster in most
+// pairs on a busy host, whichever it was.
 //
 // Metrics per shape: shardmover_changes/s and native_changes/s (changes
 // over the summed timed windows of that side), x_native, their ratio,
