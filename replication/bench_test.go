@@ -170,8 +170,8 @@ func BenchmarkApply(b *testing.B) {
 	e.both(`CREATE INDEX ON bench_events (event_type)`)
 	e.both(`CREATE TABLE bench_upd (id bigint PRIMARY KEY, v bigint NOT NULL, t text NOT NULL)`)
 	// An autovacuum of a table the backlog just filled, or the apply is
-	// filling, lands in some windows and not others, on either node:
-	// prepare vacuums and analyzes before each window instead.
+	// filling, could fall into one window and not another, on either
+	// node: prepare vacuums and analyzes before each window instead.
 	for _, t := range []string{"bench_apply", "bench_events", "bench_upd"} {
 		e.both(`ALTER TABLE ` + t + ` SET (autovacuum_enabled = off)`)
 	}
