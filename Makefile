@@ -41,7 +41,7 @@ demo: deps build
 ## the load average sampled every 15 s. Each run is one `go test -count=1` per package
 ## (one package at a time): -count=N would repeat each sub-benchmark back to back, so
 ## shardmover's N rebalances would all run minutes before Citus's; run by run, every side
-## runs next to its baseline. About 20 minutes on 2 busy cores at these sizes.
+## runs next to its baseline. About 40 minutes on 2 busy cores at these sizes.
 BENCH_COUNT ?= 3
 BENCH_ENV   ?= SHARDMOVER_BENCH_CITUS_MB=150 SHARDMOVER_BENCH_MB=64 SHARDMOVER_BENCH_CHANGES=100000 SHARDMOVER_BENCH_APPLY_ROWS=200000 SHARDMOVER_BENCH_EVENTS=60000
 BENCH_OUT   := bin/bench.txt
