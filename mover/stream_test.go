@@ -448,8 +448,9 @@ func TestStreamSchemaChangeFailsCleanly(t *testing.T) {
 // writes through Citus: one stream plain, and one killed at each cutover
 // step (after the metadata locks, after the applier caught up under them,
 // after the prepares on every node, right after the decision), each
-// recovered by a new mover. Citus keeps routing every write, every node's placements agree,
-// and after Citus's own cleanup nothing old or ours is left.
+// recovered by a new mover. Citus keeps routing every write, every node's
+// placements agree, and after Citus's own cleanup nothing old or ours is
+// left.
 func TestCitusStreamUnderWorkload(t *testing.T) {
 	ctx := context.Background()
 	c := newCitusCluster(t, 20, 300, 4000)
