@@ -15,6 +15,13 @@
 //     that must survive a machine crash.
 //   - Node 0 is the coordinator, nodes 1..N are workers. Ports are BasePort,
 //     BasePort+1, ... or, with BasePort = 0, free ports picked at start.
+//   - A new node's data directory is a copy of one initdb output (user
+//     postgres, trust, UTF8, locale C) kept under os.TempDir as
+//     shardmover-initdb-<key>, one per binaries, version, options and OS
+//     user, made once and shared by every process: it is whole once it is
+//     there (initdb writes elsewhere and renames it into place), and never
+//     started. A node's copy is put together beside its data directory and
+//     renamed into place, so a copy cut short is never taken for one.
 //   - The layout is persisted in <Dir>/sandbox.json so that every command (and
 //     every process) sees the same cluster. Up is idempotent: it starts what is
 //     stopped, removes a stale postmaster.pid left by a crash and never

@@ -510,24 +510,36 @@ func (c *Cluster) startNode(ctx context.Context, n Node) error {
 	return nil
 }
 
+// initNode makes the node's data directory: a copy of the initdb template
+// with the sandbox's pg_hba.conf, put together beside it and renamed into
+// place, so a copy cut short is never taken for a data directory.
 func (c *Cluster) initNode(ctx context.Context, n Node) error {
-	if err := os.MkdirAll(n.DataDir, 0o700); err != nil {
+	tmpl, err := c.templateDir(ctx)
+	if err != nil {
+		return fmt.Errorf("initialise %s: %w", n.Name, err)
+	}
+	staging := n.DataDir + ".init"
+	if err := os.RemoveAll(staging); err != nil {
 		return err
 	}
-	if err := c.chown(n.DataDir); err != nil {
+	if err := os.MkdirAll(staging, 0o700); err != nil {
 		return err
 	}
-	cmd := exec.CommandContext(ctx, filepath.Join(c.BinDir, "initdb"), "-D", n.DataDir, "-U", "postgres",
-		"--auth=trust", "--encoding=UTF8", "--locale=C", "--no-sync")
-	c.asPostgres(cmd)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("initdb %s: %v: %s", n.Name, err, lastLines(string(out), 5))
+	if err := c.chown(staging); err != nil {
+		return err
+	}
+	if err := c.copyDataDir(tmpl, staging); err != nil {
+		return fmt.Errorf("initialise %s from %s: %w", n.Name, tmpl, err)
 	}
 	hba := "# sandbox: loopback only, trusted\nhost all all 127.0.0.1/32 trust\nhost replication all 127.0.0.1/32 trust\n"
-	if err := os.WriteFile(filepath.Join(n.DataDir, "pg_hba.conf"), []byte(hba), 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(staging, "pg_hba.conf"), []byte(hba), 0o600); err != nil {
 		return err
 	}
-	return c.chown(filepath.Join(n.DataDir, "pg_hba.conf"))
+	if err := c.chown(filepath.Join(staging, "pg_hba.conf")); err != nil {
+		return err
+	}
+	_ = os.Remove(n.DataDir) // an empty directory only; anything else makes the rename fail
+	return os.Rename(staging, n.DataDir)
 }
 
 // writeConf (re)writes the sandbox's settings, included from postgresql.conf.

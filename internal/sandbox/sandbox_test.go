@@ -94,3 +94,40 @@ func TestBadInput(t *testing.T) {
 	_, statErr = os.Stat(filepath.Join(busyDir, "coordinator"))
 	assert.True(t, os.IsNotExist(statErr), "no data dir may be created when a port is busy")
 }
+
+// Every node's data directory is a copy of one initdb template (template.go):
+// the copies must be separate clusters, and no half-made copy may be left.
+func TestNodesCopiedFromOneTemplateAreSeparate(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c := sandboxtest.New(t, 1)
+	a, err := pgx.Connect(ctx, c.Nodes[0].DSN())
+	require.NoError(t, err)
+	defer a.Close(ctx)
+	b, err := pgx.Connect(ctx, c.Nodes[1].DSN())
+	require.NoError(t, err)
+	defer b.Close(ctx)
+
+	_, err = a.Exec(ctx, "CREATE TABLE only_on_a (id int)")
+	require.NoError(t, err)
+	var onB bool
+	require.NoError(t, b.QueryRow(ctx, "SELECT to_regclass('only_on_a') IS NOT NULL").Scan(&onB))
+	assert.False(t, onB, "a table made on one node must not show on another")
+
+	for _, n := range c.Nodes {
+		var encoding, collate string
+		conn := a
+		if n.Name != c.Nodes[0].Name {
+			conn = b
+		}
+		require.NoError(t, conn.QueryRow(ctx, "SELECT pg_encoding_to_char(encoding), datcollate FROM pg_database WHERE datname = current_database()").Scan(&encoding, &collate))
+		assert.Equal(t, "UTF8", encoding, n.Name)
+		assert.Equal(t, "C", collate, n.Name)
+		st, err := os.Stat(n.DataDir)
+		require.NoError(t, err)
+		assert.Equal(t, os.FileMode(0o700), st.Mode().Perm(), "%s's data directory", n.Name)
+	}
+	leftover, err := filepath.Glob(filepath.Join(c.Dir, "*.init"))
+	require.NoError(t, err)
+	assert.Empty(t, leftover, "staging copies left in the sandbox directory")
+}
