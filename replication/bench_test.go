@@ -157,7 +157,9 @@ type applyShape struct {
 // CPU time over its side's windows. Near 1, the walsender was busy all along
 // and no applier could have been faster; x_native_walsender_bound, the
 // native windows over the walsender's CPU time in shardmover's, is the
-// most x_native could be.
+// most x_native could be. shardmover_walsender_waited and
+// native_walsender_waited are its time runnable but without a CPU over its
+// side's windows: what it lost to the other processes sharing the cores.
 func BenchmarkApply(b *testing.B) {
 	e := newEnv(b)
 	n := envInt("SHARDMOVER_BENCH_CHANGES", 100000)
@@ -268,14 +270,17 @@ func BenchmarkApply(b *testing.B) {
 			}
 		}
 		// walsenderTime is the CPU time of the walsender serving the
-		// slot: it started with the side's window, so its whole time is
-		// the window's (it does the same decoding for either side).
-		walsenderTime := func(b *testing.B) time.Duration {
+		// slot, and its time runnable but waiting for a CPU: it started
+		// with the side's window, so its whole time is the window's (it
+		// does the same decoding for either side).
+		walsenderTime := func(b *testing.B) (cpu, wait time.Duration) {
 			var pid int
 			require.NoError(b, e.src.QueryRow(ctx, `SELECT active_pid FROM pg_replication_slots WHERE slot_name = 'bench_apply'`).Scan(&pid))
-			d, ok := cpumeter.ProcessCPU(pid)
+			cpu, ok := cpumeter.ProcessCPU(pid)
 			require.True(b, ok, "read the walsender's CPU time")
-			return d
+			wait, ok = cpumeter.ProcessWait(pid)
+			require.True(b, ok, "read the walsender's run-queue wait")
+			return cpu, wait
 		}
 		// applierTime is the same for the target's backend that applied:
 		// the subscription's worker, or the Stream's session (named by its
@@ -310,8 +315,9 @@ func BenchmarkApply(b *testing.B) {
 				sideTime[0] += time.Since(start)
 				servers, self := meter.Since(cpu0)
 				sideCPU[0] += servers + self
-				split[0] = cpuSplit{walsenderTime(b), applierTime(b), servers, self}
+				split[0] = newCPUSplit(b, walsenderTime, applierTime, servers, self)
 				walsenderCPU[0] += split[0].walsender
+				walsenderWait[0] += split[0].walsenderWait
 				require.NoError(b, r.stop())
 			}},
 			{"create-subscription", func(b *testing.B) {
@@ -325,8 +331,9 @@ func BenchmarkApply(b *testing.B) {
 				sideTime[1] += time.Since(start)
 				servers, self := meter.Since(cpu0)
 				sideCPU[1] += servers + self
-				split[1] = cpuSplit{walsenderTime(b), applierTime(b), servers, self}
+				split[1] = newCPUSplit(b, walsenderTime, applierTime, servers, self)
 				walsenderCPU[1] += split[1].walsender
+				walsenderWait[1] += split[1].walsenderWait
 				e.exec(e.tgt, `ALTER SUBSCRIPTION bench_sub DISABLE`)
 				e.exec(e.tgt, `ALTER SUBSCRIPTION bench_sub SET (slot_name = NONE)`)
 				e.exec(e.tgt, `DROP SUBSCRIPTION bench_sub`)
@@ -334,7 +341,7 @@ func BenchmarkApply(b *testing.B) {
 		}
 
 		b.Run(shape.name, func(b *testing.B) {
-			sideTime, sideCPU, walsenderCPU = [2]time.Duration{}, [2]time.Duration{}, [2]time.Duration{}
+			sideTime, sideCPU, walsenderCPU, walsenderWait = [2]time.Duration{}, [2]time.Duration{}, [2]time.Duration{}, [2]time.Duration{}
 			var pos [2]time.Duration // first and second of each pair
 			b.StopTimer()
 			for i := 0; i < b.N; i++ {
@@ -355,9 +362,9 @@ func BenchmarkApply(b *testing.B) {
 				var line strings.Builder
 				for k, s := range order {
 					c := splits[k]
-					fmt.Fprintf(&line, "%s %s (%.0f changes/s; CPU: walsender %s, applying backend %s, both servers %s, bench process %s); ",
+					fmt.Fprintf(&line, "%s %s (%.0f changes/s; CPU: walsender %s, applying backend %s, both servers %s, bench process %s; walsender waited for a CPU %s); ",
 						sides[s].name, took[k].Round(time.Millisecond), float64(shape.changes)/took[k].Seconds(),
-						c.walsender, c.applier, c.servers, c.self)
+						c.walsender, c.applier, c.servers, c.self, c.walsenderWait.Round(time.Millisecond))
 				}
 				b.Logf("%s: %s", shape.name, line.String())
 			}
@@ -382,6 +389,13 @@ func BenchmarkApply(b *testing.B) {
 			b.ReportMetric(walsenderCPU[0].Seconds()/sideTime[0].Seconds(), "shardmover_walsender_busy")
 			b.ReportMetric(walsenderCPU[1].Seconds()/sideTime[1].Seconds(), "native_walsender_busy")
 			b.ReportMetric(sideTime[1].Seconds()/walsenderCPU[0].Seconds(), "x_native_walsender_bound")
+			// The walsender's time runnable but without a CPU, over its
+			// side's windows: the share of the window it lost to the
+			// other processes on this machine's cores (ours: the bench
+			// process and the applying backend; the native side's: its
+			// worker).
+			b.ReportMetric(walsenderWait[0].Seconds()/sideTime[0].Seconds(), "shardmover_walsender_waited")
+			b.ReportMetric(walsenderWait[1].Seconds()/sideTime[1].Seconds(), "native_walsender_waited")
 		})
 	}
 }
@@ -408,11 +422,16 @@ var sideTime [2]time.Duration
 // split is the CPU of each side's latest window, by process.
 var split [2]cpuSplit
 
-type cpuSplit struct{ walsender, applier, servers, self time.Duration }
+type cpuSplit struct{ walsender, applier, servers, self, walsenderWait time.Duration }
+
+func newCPUSplit(b *testing.B, walsender func(*testing.B) (cpu, wait time.Duration), applier func(*testing.B) time.Duration, servers, self time.Duration) cpuSplit {
+	cpu, wait := walsender(b)
+	return cpuSplit{walsender: cpu, applier: applier(b), servers: servers, self: self, walsenderWait: wait}
+}
 
 // walsenderCPU adds up the CPU time of the walsender of each side's
-// windows.
-var walsenderCPU [2]time.Duration
+// windows, walsenderWait its time runnable but waiting for a CPU.
+var walsenderCPU, walsenderWait [2]time.Duration
 
 // sideCPU adds up the CPU time of both nodes' PostgreSQL processes and of
 // this process over the same windows.

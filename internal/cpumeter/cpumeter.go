@@ -45,6 +45,23 @@ func ProcessCPU(pid int) (time.Duration, bool) {
 	return time.Duration(own) * tick, ok
 }
 
+// ProcessWait returns how long one live process has waited on a run queue
+// since it started: runnable, but another process had the CPU (the second
+// field of /proc/<pid>/schedstat, in nanoseconds). False when it cannot be
+// read (no such process, or a kernel without schedstat).
+func ProcessWait(pid int) (time.Duration, bool) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/schedstat", pid))
+	if err != nil {
+		return 0, false
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 2 {
+		return 0, false
+	}
+	ns, err := strconv.ParseInt(f[1], 10, 64)
+	return time.Duration(ns), err == nil
+}
+
 // Meter measures the instances of its postmasters and this process.
 type Meter struct{ postmasters []int }
 

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"os"
 	"os/exec"
+	"runtime"
 	"testing"
 	"time"
 
@@ -50,4 +51,42 @@ func TestCountsExitedAndLiveChildren(t *testing.T) {
 
 	none, _ := New().Since(New().Sample())
 	require.Zero(t, none, "no instances, no server time")
+}
+
+// Twice as many busy loops as there are CPUs: together they must have
+// waited on a run queue for a good part of their time, and ProcessWait
+// must see it.
+func TestProcessWaitSeesMoreLoopsThanCPUs(t *testing.T) {
+	n := 2 * runtime.NumCPU()
+	var waited, ran time.Duration
+	var loops []*exec.Cmd
+	defer func() {
+		for _, c := range loops {
+			_ = c.Process.Kill()
+			_ = c.Wait()
+		}
+	}()
+	var outs []*bufio.Reader
+	for range n {
+		c := exec.Command("sh", "-c", burn+"; echo done; exec sleep 60")
+		out, err := c.StdoutPipe()
+		require.NoError(t, err)
+		require.NoError(t, c.Start())
+		loops = append(loops, c)
+		outs = append(outs, bufio.NewReader(out))
+	}
+	for i, c := range loops {
+		line, err := outs[i].ReadString('\n')
+		require.NoError(t, err)
+		require.Equal(t, "done\n", line)
+		w, ok := ProcessWait(c.Process.Pid)
+		require.True(t, ok, "read /proc/%d/schedstat", c.Process.Pid)
+		cpu, ok := ProcessCPU(c.Process.Pid)
+		require.True(t, ok)
+		waited, ran = waited+w, ran+cpu
+	}
+	// n loops on n/2 CPUs: each ran about as long as it waited.
+	require.Greater(t, waited, ran/4, "%d loops on %d CPUs ran %s and waited only %s", n, runtime.NumCPU(), ran, waited)
+	_, ok := ProcessWait(-1)
+	require.False(t, ok, "no such process")
 }

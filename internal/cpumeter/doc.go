@@ -8,5 +8,6 @@
 // postmaster's reaped time (Linux adds a reaped child's time to its
 // parent's), those started meanwhile whole. It assumes 100 clock ticks a
 // second (Linux's USER_HZ). ProcessCPU reads one process's own time since
-// it started. It measures; it changes nothing.
+// it started, ProcessWait its time runnable but waiting for a CPU. It
+// measures; it changes nothing.
 package cpumeter
