@@ -5,5 +5,7 @@
 // sandboxes (NewCitus) also need the Citus extension: without it a test
 // skips with one sentence saying what to install, unless
 // SHARDMOVER_REQUIRE_CITUS is set (.ci/run sets it, since make deps installs
-// Citus there), in which case it fails.
+// Citus there), in which case it fails. A cluster's directory goes under
+// $SHARDMOVER_TEST_DIR when set, else /dev/shm when it has 4 GiB free, else
+// the system's temporary directory.
 package sandboxtest

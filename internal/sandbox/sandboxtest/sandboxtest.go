@@ -3,6 +3,7 @@ package sandboxtest
 import (
 	"context"
 	"os"
+	"syscall"
 	"testing"
 	"time"
 
@@ -25,9 +26,32 @@ func NewWithSettings(t testing.TB, workers int, settings map[string]string) *san
 	return start(t, sandbox.Config{Workers: workers, Settings: settings})
 }
 
+// memDir is a memory-backed folder the clusters' data may live in, and
+// the room it must have left for that.
+const (
+	memDir  = "/dev/shm"
+	memRoom = 4 << 30
+)
+
+// parentDir is where a test cluster's directory goes: $SHARDMOVER_TEST_DIR
+// when set, else memDir when it is there with room to spare, else the
+// system's temporary directory. The tests create and drop thousands of
+// files (tables, WAL segments, whole data directories); on a disk file
+// system that work was a good part of the servers' time.
+func parentDir() string {
+	if d := os.Getenv("SHARDMOVER_TEST_DIR"); d != "" {
+		return d
+	}
+	var st syscall.Statfs_t
+	if syscall.Statfs(memDir, &st) == nil && int64(st.Bavail)*st.Bsize >= memRoom {
+		return memDir
+	}
+	return ""
+}
+
 func start(t testing.TB, cfg sandbox.Config) *sandbox.Cluster {
 	t.Helper()
-	dir, err := os.MkdirTemp("", "shardmover-test-")
+	dir, err := os.MkdirTemp(parentDir(), "shardmover-test-")
 	require.NoError(t, err)
 	require.NoError(t, os.Chmod(dir, 0o755))
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
