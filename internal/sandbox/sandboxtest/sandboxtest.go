@@ -43,7 +43,7 @@ func parentDir() string {
 		return d
 	}
 	var st syscall.Statfs_t
-	if syscall.Statfs(memDir, &st) == nil && int64(st.Bavail)*st.Bsize >= memRoom {
+	if syscall.Statfs(memDir, &st) == nil && int64(st.Bavail)*int64(st.Bsize) >= memRoom {
 		return memDir
 	}
 	return ""
