@@ -391,9 +391,9 @@ func BenchmarkApply(b *testing.B) {
 			b.ReportMetric(sideTime[1].Seconds()/walsenderCPU[0].Seconds(), "x_native_walsender_bound")
 			// The walsender's time runnable but without a CPU, over its
 			// side's windows: the share of the window it lost to the
-			// other processes on this machine's cores (ours: the bench
-			// process and the applying backend; the native side's: its
-			// worker).
+			// other processes on this machine's cores (chiefly, in ours,
+			// the bench process and the applying backend; in the native
+			// side's, its worker).
 			b.ReportMetric(walsenderWait[0].Seconds()/sideTime[0].Seconds(), "shardmover_walsender_waited")
 			b.ReportMetric(walsenderWait[1].Seconds()/sideTime[1].Seconds(), "native_walsender_waited")
 		})
@@ -424,6 +424,8 @@ var split [2]cpuSplit
 
 type cpuSplit struct{ walsender, applier, servers, self, walsenderWait time.Duration }
 
+// newCPUSplit reads the walsender's and the applying backend's times at the
+// end of a window, next to the servers' and this process's CPU over it.
 func newCPUSplit(b *testing.B, walsender func(*testing.B) (cpu, wait time.Duration), applier func(*testing.B) time.Duration, servers, self time.Duration) cpuSplit {
 	cpu, wait := walsender(b)
 	return cpuSplit{walsender: cpu, applier: applier(b), servers: servers, self: self, walsenderWait: wait}
