@@ -114,12 +114,9 @@ func TestNodesCopiedFromOneTemplateAreSeparate(t *testing.T) {
 	require.NoError(t, b.QueryRow(ctx, "SELECT to_regclass('only_on_a') IS NOT NULL").Scan(&onB))
 	assert.False(t, onB, "a table made on one node must not show on another")
 
-	for _, n := range c.Nodes {
+	for i, conn := range []*pgx.Conn{a, b} {
+		n := c.Nodes[i]
 		var encoding, collate string
-		conn := a
-		if n.Name != c.Nodes[0].Name {
-			conn = b
-		}
 		require.NoError(t, conn.QueryRow(ctx, "SELECT pg_encoding_to_char(encoding), datcollate FROM pg_database WHERE datname = current_database()").Scan(&encoding, &collate))
 		assert.Equal(t, "UTF8", encoding, n.Name)
 		assert.Equal(t, "C", collate, n.Name)
