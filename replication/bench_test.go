@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/shardmover/shardmover/internal/cpumeter"
+	"github.com/shardmover/shardmover/internal/procs"
 	"github.com/shardmover/shardmover/replication"
 )
 
@@ -31,6 +33,7 @@ func envInt(name string, def int) int {
 // is of the table's on-disk size. SHARDMOVER_BENCH_MB sets the size
 // (default 32).
 func BenchmarkCopy(b *testing.B) {
+	defer runtime.GOMAXPROCS(procs.Apply()) // as the shardmover binary runs
 	e := newEnv(b)
 	mb := envInt("SHARDMOVER_BENCH_MB", 32)
 	e.both(`CREATE TABLE bench_copy (id bigint PRIMARY KEY, n numeric, t text, j jsonb, ts timestamptz)`)
@@ -161,6 +164,10 @@ type applyShape struct {
 // native_walsender_waited are its time runnable but without a CPU over its
 // side's windows: what it lost to the other processes sharing the cores.
 func BenchmarkApply(b *testing.B) {
+	// The shardmover binary's threads for Go code (internal/procs); both
+	// sides' windows run under it, the subscription's with only the poll
+	// in this process.
+	defer runtime.GOMAXPROCS(procs.Apply())
 	e := newEnv(b)
 	n := envInt("SHARDMOVER_BENCH_CHANGES", 100000)
 	rows := envInt("SHARDMOVER_BENCH_APPLY_ROWS", 200000)

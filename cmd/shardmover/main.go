@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/shardmover/shardmover/internal/procs"
 	"github.com/shardmover/shardmover/internal/sandbox"
 	"github.com/shardmover/shardmover/metadata"
 	"github.com/shardmover/shardmover/mover"
@@ -34,6 +35,12 @@ func main() {
 	defer stop()
 	g := &globals{}
 	root := newRoot(g)
+	// The mover's threads for Go code: half the CPUs, unless GOMAXPROCS
+	// is set (internal/procs). Not for workload, which stands in for the
+	// application and its many clients.
+	if c, _, err := root.Find(os.Args[1:]); err != nil || c.Name() != "workload" {
+		procs.Apply()
+	}
 	err := root.ExecuteContext(ctx)
 	if g.log != nil {
 		_ = g.log.Sync()

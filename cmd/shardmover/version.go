@@ -17,11 +17,15 @@ type versionInfo struct {
 	Version string `json:"version"`
 	// Commit, CommitTime and Dirty come from the VCS stamp Go records when
 	// it builds in a checkout; absent otherwise.
-	Commit     string  `json:"commit,omitempty"`
-	CommitTime string  `json:"commit_time,omitempty"`
-	Dirty      *bool   `json:"dirty,omitempty"`
-	Go         string  `json:"go"`
-	Platform   string  `json:"platform"`
+	Commit     string `json:"commit,omitempty"`
+	CommitTime string `json:"commit_time,omitempty"`
+	Dirty      *bool  `json:"dirty,omitempty"`
+	Go         string `json:"go"`
+	Platform   string `json:"platform"`
+	// GoThreads is how many threads run Go code at once (GOMAXPROCS: half
+	// the CPUs unless the environment sets it, internal/procs), of CPUs.
+	GoThreads  int     `json:"go_threads"`
+	CPUs       int     `json:"cpus"`
 	PostgreSQL support `json:"postgresql"`
 	Citus      support `json:"citus"`
 }
@@ -46,7 +50,7 @@ var (
 // readVersion builds versionInfo from the binary's build information.
 func readVersion(bi *debug.BuildInfo, ok bool) versionInfo {
 	v := versionInfo{Version: "devel", Go: runtime.Version(), Platform: runtime.GOOS + "/" + runtime.GOARCH,
-		PostgreSQL: supportedPostgres, Citus: supportedCitus}
+		GoThreads: runtime.GOMAXPROCS(0), CPUs: runtime.NumCPU(), PostgreSQL: supportedPostgres, Citus: supportedCitus}
 	if !ok || bi == nil {
 		return v
 	}
@@ -95,6 +99,7 @@ func newVersionCmd(g *globals) *cobra.Command {
 				fmt.Fprintln(w, "commit:     unknown (not built from a version-controlled checkout)")
 			}
 			fmt.Fprintf(w, "go:         %s %s\n", v.Go, v.Platform)
+			fmt.Fprintf(w, "threads:    %d for Go code, of %d CPUs (half unless GOMAXPROCS is set)\n", v.GoThreads, v.CPUs)
 			fmt.Fprintf(w, "postgresql: %s (%s)\n", strings.Join(v.PostgreSQL.Versions, ", "), v.PostgreSQL.Note)
 			fmt.Fprintf(w, "citus:      %s (%s)\n", strings.Join(v.Citus.Versions, ", "), v.Citus.Note)
 			return nil

@@ -9,6 +9,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/shardmover/shardmover/internal/procs"
 )
 
 func TestVersionFromBuildInfo(t *testing.T) {
@@ -60,4 +62,21 @@ func TestVersionCommand(t *testing.T) {
 	citus, ok := v["citus"].(map[string]any)
 	require.True(t, ok, out)
 	assert.Equal(t, []any{"12", "13"}, citus["versions"])
+}
+
+// The binary runs Go code on half the CPUs (internal/procs) unless
+// GOMAXPROCS says otherwise; `version` reports what it runs with.
+func TestVersionReportsGoThreads(t *testing.T) {
+	threads := func(env ...string) float64 {
+		out, stderr, code := runMain(t, env, "version", "-o", "json")
+		require.Equal(t, 0, code, stderr)
+		var v map[string]any
+		require.NoError(t, json.Unmarshal([]byte(out), &v), out)
+		assert.EqualValues(t, runtime.NumCPU(), v["cpus"])
+		n, ok := v["go_threads"].(float64)
+		require.True(t, ok, out)
+		return n
+	}
+	assert.EqualValues(t, procs.Default(runtime.NumCPU()), threads("GOMAXPROCS="), "unset: half the CPUs")
+	assert.EqualValues(t, 3, threads("GOMAXPROCS=3"), "an operator's GOMAXPROCS wins")
 }
