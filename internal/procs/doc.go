@@ -8,8 +8,9 @@
 // costs them CPU: the Go scheduler wakes an idle thread for each hand-off
 // between goroutines, which spins, polls and sleeps again. On two CPUs, with
 // the walsender, the applying backend and the mover competing, one thread
-// halved the mover's context switches and its CPU per change and let the
-// walsender, which sets the pace, run (docs/performance.md).
+// halved the mover's context switches, cut its CPU per change by a fifth to
+// a third, and left the walsender, which sets the pace, more of the CPU
+// (docs/performance.md).
 //
 // Setting GOMAXPROCS also stops Go's own updates of it when the process's
 // CPU limit (cgroup quota) changes while it runs; Apply reads the limit as
