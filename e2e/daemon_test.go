@@ -211,7 +211,7 @@ func TestTwoDaemonsLeaderKilled(t *testing.T) {
 
 	opts := workload.DefaultRunOptions()
 	opts.Clients, opts.Users, opts.Duration = 4, 2000, time.Hour
-	opts.Pause = 2 * time.Millisecond // writes in flight throughout, CPU left for the moves (mover's startWorkload)
+	opts.Pause = workload.TestPause
 	bg := workload.Start(ctx, r, opts)
 
 	n, err := sb.AddNode(ctx)

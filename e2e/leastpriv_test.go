@@ -122,7 +122,7 @@ func runLeastPrivilege(t *testing.T, citus bool) {
 
 	opts := workload.DefaultRunOptions()
 	opts.Clients, opts.Users, opts.Duration = 6, loadOpts.Users, time.Hour
-	opts.Pause = 2 * time.Millisecond // writes in flight throughout, CPU left for the moves (mover's startWorkload)
+	opts.Pause = workload.TestPause
 	bg := workload.Start(ctx, r, opts)
 	time.Sleep(300 * time.Millisecond)
 

@@ -58,14 +58,7 @@ type background struct{ b *workload.Background }
 func startWorkload(c *cluster, clients int, users int64, run uint8) *background {
 	opts := workload.DefaultRunOptions()
 	opts.Clients, opts.Users, opts.Duration, opts.RunID = clients, users, time.Hour, run
-	// Each client pauses 2 ms between writes: every client still queues
-	// behind a cutover's lock within 2 ms of it being taken, and writes
-	// stay in flight through every phase and step, but the clients no
-	// longer take most of a two-core machine's CPU from the move under
-	// test and from the other packages' tests (TestKilledAtEveryPhase
-	// alone: 86 s of CPU unpaced, 63 s paced; about 1,500 acknowledged
-	// writes a case instead of 5,800).
-	opts.Pause = 2 * time.Millisecond
+	opts.Pause = workload.TestPause
 	return &background{workload.Start(context.Background(), c.r, opts)}
 }
 

@@ -41,7 +41,7 @@ const nodeFaultTimeout = 2 * time.Minute
 func startPaced(c *cluster, clients int, users int64, run uint8) *background {
 	opts := workload.DefaultRunOptions()
 	opts.Clients, opts.Users, opts.Duration, opts.RunID = clients, users, time.Hour, run
-	opts.Pause = 2 * time.Millisecond
+	opts.Pause = workload.TestPause
 	return &background{workload.Start(context.Background(), c.r, opts)}
 }
 

@@ -52,7 +52,7 @@ func citusRunner(t testing.TB, cat *metadata.Catalog, log *zap.Logger) *schedule
 func citusWorkload(r *workload.Router, clients int, users int64, run uint8) *workload.Background {
 	opts := workload.DefaultRunOptions()
 	opts.Clients, opts.Users, opts.Duration, opts.RunID = clients, users, time.Hour, run
-	opts.Pause = 2 * time.Millisecond // as the mover's tests: writes in flight throughout, CPU left for the moves
+	opts.Pause = workload.TestPause
 	return workload.Start(context.Background(), r, opts)
 }
 

@@ -34,7 +34,7 @@ func TestCitusDaemonRebalancesAfterNodeAdd(t *testing.T) {
 	eventually(t, "leadership", 30*time.Second, d.IsLeader)
 	opts := workload.DefaultRunOptions()
 	opts.Clients, opts.Users, opts.Duration = 4, 300, time.Hour
-	opts.Pause = 2 * time.Millisecond // writes in flight throughout, CPU left for the moves (mover's startWorkload)
+	opts.Pause = workload.TestPause
 	bg := workload.Start(ctx, r, opts)
 
 	_, err = sb.AddNode(ctx) // citus_add_node

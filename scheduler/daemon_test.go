@@ -124,7 +124,7 @@ func daemonRebalancesAfterNodeAdd(t *testing.T, shards, perStream int) {
 
 	opts := workload.DefaultRunOptions()
 	opts.Clients, opts.Users, opts.Duration = 4, 500, time.Hour
-	opts.Pause = 2 * time.Millisecond // writes in flight throughout, CPU left for the moves (mover's startWorkload)
+	opts.Pause = workload.TestPause
 	bg := workload.Start(ctx, r, opts)
 
 	n, err := sb.AddNode(ctx)
