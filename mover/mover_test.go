@@ -460,73 +460,108 @@ func TestRunJobInterruptedAndResumed(t *testing.T) {
 	verify(t, c, bg.stop(t))
 }
 
-// TestSchemaChangeDuringMoveFailsCleanly: DDL is not replicated. A column
-// added to the source's shard while the move catches up must fail the move
-// with a sentence saying so, leave the group serving on its source with no
-// write lost, and leave nothing behind; moving the group again then works.
+// TestSchemaChangeDuringMoveFailsCleanly: DDL is not replicated. A schema
+// change made on the source's shard while the move catches up must fail
+// the move with a sentence saying so, leave the group serving on its
+// source with no write lost, and leave nothing behind; moving the group
+// again then works. There are two ways to notice it, and each case forces
+// one: a column added and then written reaches the stream as a row the
+// target cannot take, so the stream fails; an index added reaches no row,
+// so only the cutover's comparison of the definitions under its locks
+// finds it.
 func TestSchemaChangeDuringMoveFailsCleanly(t *testing.T) {
 	c := newCluster(t, 4, 100, 1000)
 	target := c.newNode(t)
 	bg := startWorkload(c, 2, 100, 0)
-	shard, source := groupShard(t, c, 0)
 	nodes, err := c.cat.Nodes(context.Background())
 	require.NoError(t, err)
-	var src metadata.Node
-	for _, n := range nodes {
-		if n.GroupID == source {
-			src = n
-		}
+	cases := []struct {
+		name string
+		// ddl returns the statements to run on the source's copy of a
+		// shard table.
+		ddl func(tbl pgx.Identifier) []string
+		// writes: the statements must have written rows of the group.
+		writes bool
+		want   []string
+	}{
+		{"column added and written", func(tbl pgx.Identifier) []string {
+			return []string{"ALTER TABLE " + tbl.Sanitize() + " ADD COLUMN extra int DEFAULT 7", "UPDATE " + tbl.Sanitize() + " SET extra = 8"}
+		}, true, []string{"extra", "schema change made during the move is not replicated"}},
+		{"index added", func(tbl pgx.Identifier) []string {
+			ix := pgx.Identifier{tbl[len(tbl)-1] + "_extra"}.Sanitize()
+			return []string{"CREATE INDEX " + ix + " ON " + tbl.Sanitize() + " ((1))"}
+		}, false, []string{"_extra\" is on the source only", "schema changes are not replicated"}},
 	}
-	cfg := testConfig(t)
-	cfg.RetryFor = 10 * time.Second
-	var m metadata.Move
-	cfg.AfterPhase = func(id int64, p mover.Phase) error {
-		if p != mover.Indexing {
-			return nil
-		}
-		conn, err := c.cat.ConnectNode(context.Background(), src.Host, src.Port)
-		if err != nil {
-			return err
-		}
-		defer conn.Close(context.Background())
-		for _, name := range m.ShardTables {
-			ident, err := metadata.ParseQualifiedName(name)
-			if err != nil {
-				return err
+	for i, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			shard, source := groupShard(t, c, i)
+			var src metadata.Node
+			for _, n := range nodes {
+				if n.GroupID == source {
+					src = n
+				}
 			}
-			tbl := ident.Sanitize()
-			if _, err := conn.Exec(context.Background(), "ALTER TABLE "+tbl+" ADD COLUMN extra int DEFAULT 7"); err != nil {
-				return err
+			cfg := testConfig(t)
+			cfg.RetryFor = 10 * time.Second
+			var m metadata.Move
+			cfg.AfterPhase = func(id int64, p mover.Phase) error {
+				if p != mover.Indexing {
+					return nil
+				}
+				conn, err := c.cat.ConnectNode(context.Background(), src.Host, src.Port)
+				if err != nil {
+					return err
+				}
+				defer conn.Close(context.Background())
+				written := int64(0)
+				for _, name := range m.ShardTables {
+					ident, err := metadata.ParseQualifiedName(name)
+					if err != nil {
+						return err
+					}
+					for _, stmt := range tc.ddl(ident) {
+						tag, err := conn.Exec(context.Background(), stmt)
+						if err != nil {
+							return err
+						}
+						written += tag.RowsAffected()
+					}
+				}
+				if tc.writes && written == 0 {
+					return errors.New("no row of the group was written after the column was added")
+				}
+				return nil
 			}
-		}
-		return nil
+			eng := mover.New(cfg, c.cat)
+			m = scheduleMove(t, eng, shard, target)
+			err = eng.Run(context.Background(), m.ID)
+			require.Error(t, err)
+			t.Logf("move failed as it should: %v", err)
+			for _, w := range tc.want {
+				assert.Contains(t, err.Error(), w)
+			}
+			got, err := c.cat.Move(context.Background(), m.ID)
+			require.NoError(t, err)
+			assert.Equal(t, "failed", string(got.Phase))
+			_, group := groupShard(t, c, i)
+			assert.Equal(t, source, group, "a failed move leaves the group on its source")
+
+			conn, err := c.cat.ConnectNode(context.Background(), src.Host, src.Port)
+			require.NoError(t, err)
+			defer conn.Close(context.Background())
+			var slots, pubs int
+			require.NoError(t, conn.QueryRow(context.Background(), `SELECT (SELECT count(*) FROM pg_replication_slots WHERE slot_name LIKE 'shardmover%'),
+				(SELECT count(*) FROM pg_publication WHERE pubname LIKE 'shardmover%')`).Scan(&slots, &pubs))
+			assert.Zero(t, slots, "no slot left on the source")
+			assert.Zero(t, pubs, "no publication left on the source")
+
+			// The same DDL on the target's side is not needed: a new move
+			// copies the table as it is now.
+			m2 := scheduleMove(t, mover.New(testConfig(t), c.cat), shard, target)
+			require.NoError(t, mover.New(testConfig(t), c.cat).Run(context.Background(), m2.ID))
+			_, group = groupShard(t, c, i)
+			assert.Equal(t, target.GroupID, group, "the group moved the second time")
+		})
 	}
-	eng := mover.New(cfg, c.cat)
-	m = scheduleMove(t, eng, shard, target)
-	err = eng.Run(context.Background(), m.ID)
-	require.Error(t, err)
-	t.Logf("move failed as it should: %v", err)
-	assert.Contains(t, err.Error(), "extra")
-	assert.Contains(t, err.Error(), "schema change made during the move is not replicated")
-	got, err := c.cat.Move(context.Background(), m.ID)
-	require.NoError(t, err)
-	assert.Equal(t, "failed", string(got.Phase))
-	_, group := groupShard(t, c, 0)
-	assert.Equal(t, source, group, "a failed move leaves the group on its source")
-
-	conn, err := c.cat.ConnectNode(context.Background(), src.Host, src.Port)
-	require.NoError(t, err)
-	defer conn.Close(context.Background())
-	var slots, pubs int
-	require.NoError(t, conn.QueryRow(context.Background(), `SELECT (SELECT count(*) FROM pg_replication_slots WHERE slot_name LIKE 'shardmover%'),
-		(SELECT count(*) FROM pg_publication WHERE pubname LIKE 'shardmover%')`).Scan(&slots, &pubs))
-	assert.Zero(t, slots, "no slot left on the source")
-	assert.Zero(t, pubs, "no publication left on the source")
-
-	// The same DDL on the target's side is not needed: a new move copies
-	// the table as it is now.
-	m2 := scheduleMove(t, mover.New(testConfig(t), c.cat), shard, target)
-	require.NoError(t, mover.New(testConfig(t), c.cat).Run(context.Background(), m2.ID))
-	res := bg.stop(t)
-	verify(t, c, res)
+	verify(t, c, bg.stop(t))
 }

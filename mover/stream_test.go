@@ -383,8 +383,8 @@ func TestStreamRiderCancelled(t *testing.T) {
 }
 
 // TestStreamSchemaChangeFailsCleanly: DDL is not replicated. A column
-// added to one table of a rider while the stream catches up fails the
-// stream (every move of it, with a sentence naming the table), leaves
+// added to one table of a rider, and written, while the stream catches up
+// fails the stream (every move of it, with a sentence naming the table), leaves
 // every group serving on its source with nothing lost and nothing left,
 // and the groups then move in a new job.
 func TestStreamSchemaChangeFailsCleanly(t *testing.T) {
@@ -419,7 +419,17 @@ func TestStreamSchemaChangeFailsCleanly(t *testing.T) {
 			return err
 		}
 		altered = ident.Sanitize()
-		_, err = conn.Exec(ctx, "ALTER TABLE "+altered+" ADD COLUMN extra int DEFAULT 7")
+		if _, err := conn.Exec(ctx, "ALTER TABLE "+altered+" ADD COLUMN extra int DEFAULT 7"); err != nil {
+			return err
+		}
+		// A row written with the new column reaches the stream, which
+		// must fail on it; without one only the cutover's comparison of
+		// definitions would notice (TestSchemaChangeDuringMoveFailsCleanly
+		// has that case).
+		tag, err := conn.Exec(ctx, "UPDATE "+altered+" SET extra = 8")
+		if err == nil && tag.RowsAffected() == 0 {
+			err = fmt.Errorf("%s has no row to write", altered)
+		}
 		return err
 	}
 	eng := mover.New(cfg, c.cat)
