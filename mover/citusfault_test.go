@@ -111,14 +111,19 @@ func TestCitusCutoverNetworkFaults(t *testing.T) {
 		name string
 		on   string // coordinator, source, target or bystander
 		rule faultproxy.Rule
+		// longest: when set, no acknowledged write may have taken longer.
+		longest time.Duration
 	}{
-		{"metadata lock dropped", "bystander", statement("SELECT LOCK_SHARD_METADATA", faultproxy.Drop)},
-		{"placement flip prepared, reply lost", "bystander", statement("PREPARE TRANSACTION", faultproxy.CutAfterForward)},
-		{"target's flip prepare cut", "target", statement("PREPARE TRANSACTION", faultproxy.Cut)},
-		{"placement flip commit prepared, reply lost", "bystander", statement("COMMIT PREPARED", faultproxy.CutAfterForward)},
-		{"decision commit ran, reply lost", "coordinator", afterStatement("citus_internal_update_placement_metadata", "COMMIT", faultproxy.CutAfterForward)},
-		{"decision commit delayed 4s", "coordinator", afterStatement("citus_internal_update_placement_metadata", "COMMIT", faultproxy.Delay(4*time.Second))},
-		{"source fence prepared, reply lost", "source", statement("PREPARE TRANSACTION", faultproxy.CutAfterForward)},
+		// The coordinator's metadata lock is held when the bystander's
+		// is lost: the attempt must give up within the pause bound (2 s),
+		// not hold Citus's writes until a connection timeout.
+		{"metadata lock dropped", "bystander", statement("SELECT LOCK_SHARD_METADATA", faultproxy.Drop), 4 * time.Second},
+		{"placement flip prepared, reply lost", "bystander", statement("PREPARE TRANSACTION", faultproxy.CutAfterForward), 0},
+		{"target's flip prepare cut", "target", statement("PREPARE TRANSACTION", faultproxy.Cut), 0},
+		{"placement flip commit prepared, reply lost", "bystander", statement("COMMIT PREPARED", faultproxy.CutAfterForward), 0},
+		{"decision commit ran, reply lost", "coordinator", afterStatement("citus_internal_update_placement_metadata", "COMMIT", faultproxy.CutAfterForward), 0},
+		{"decision commit delayed 4s", "coordinator", afterStatement("citus_internal_update_placement_metadata", "COMMIT", faultproxy.Delay(4*time.Second)), 0},
+		{"source fence prepared, reply lost", "source", statement("PREPARE TRANSACTION", faultproxy.CutAfterForward), 0},
 	}
 	moved := map[int64]int32{}
 	for i, tc := range cases {
@@ -164,7 +169,15 @@ func TestCitusCutoverNetworkFaults(t *testing.T) {
 			for _, id := range g.ShardIDs {
 				moved[id] = g.GroupID
 			}
-			verifyCitus(t, p.cluster, bg.stop(t), moved)
+			res := bg.stop(t)
+			verifyCitus(t, p.cluster, res, moved)
+			if tc.longest > 0 {
+				var longest time.Duration
+				for _, l := range res.Latencies {
+					longest = max(longest, l.Dur)
+				}
+				assert.LessOrEqual(t, longest, tc.longest, "the longest acknowledged write")
+			}
 		})
 	}
 }

@@ -149,6 +149,24 @@ func (r *run) cutover(ctx context.Context, m metadata.Move) (err error) {
 	return err
 }
 
+// pauseErr reports err from the step what of a cutover attempt: when the
+// step's context, bounded by the write pause that began at pauseStart, ran
+// out while the run's own context did not, as errPauseExceeded (the
+// attempt rolls back and is retried); else as it is, prefixed by what
+// unless what is empty.
+func pauseErr(ctx, stepCtx context.Context, pauseStart time.Time, what string, err error) error {
+	if ctx.Err() == nil && errors.Is(stepCtx.Err(), context.DeadlineExceeded) {
+		if what == "" {
+			what = "the step" // err says which
+		}
+		return fmt.Errorf("%w: %s not done %s into the pause (%v)", errPauseExceeded, what, time.Since(pauseStart).Round(time.Millisecond), err)
+	}
+	if what == "" {
+		return err
+	}
+	return fmt.Errorf("%s: %w", what, err)
+}
+
 // tryCutover runs one attempt. Errors before PREPARE abort the transaction
 // (the connection's deferred close rolls it back). After PREPARE, a decision
 // that fails or whose reply is lost is settled (settle): the decision's
@@ -196,21 +214,32 @@ func (r *run) tryCutover(ctx context.Context, m metadata.Move, c cutoverConns) e
 	pauseStart := time.Now()
 	sp := &splits{last: pauseStart}
 	defer sp.log(r.log, "cutover timings")
+	// The locks, the insert position and the flush open the pause, so they
+	// are bounded by it, not by preCtx: a message among them that is lost
+	// or held ends the attempt as soon as the pause could no longer finish
+	// in time (as the applier's wait below does), rather than ten seconds
+	// later with Citus's writes blocked all along by the metadata locks
+	// already taken. The attempt then rolls back and is retried.
+	lockCtx, cancelLock := context.WithDeadline(preCtx, pauseStart.Add(budget*3/4))
+	defer cancelLock()
+	inPause := func(what string, err error) error {
+		return pauseErr(ctx, lockCtx, pauseStart, what, err)
+	}
 	// On Citus, Citus-routed writes are blocked first: the decision takes
 	// the coordinator's metadata lock, then every other metadata node's at
 	// once (lockCitusWrites), all before the source table lock. On the
 	// target, its distributed tables are locked before its metadata lock
 	// (see metadata.BlockCitusWrites).
 	if c.citus != nil {
-		if err := dec.BlockWrites(preCtx, m.ShardIDs, lockWait, m.TargetGroup == 0); err != nil {
-			return fmt.Errorf("block Citus writes on the coordinator: %w", err)
+		if err := dec.BlockWrites(lockCtx, m.ShardIDs, lockWait, m.TargetGroup == 0); err != nil {
+			return inPause("block Citus writes on the coordinator", err)
 		}
-		if err := r.lockCitusWrites(preCtx, m, tx, c.citus, lockTimeout); err != nil {
-			return err
+		if err := r.lockCitusWrites(lockCtx, m, tx, c.citus, lockTimeout); err != nil {
+			return inPause("", err) // the error names the node
 		}
 	}
-	if _, err := pgsql.ExecOne(preCtx, tx.Conn(), "LOCK TABLE "+strings.Join(names, ", ")+" IN EXCLUSIVE MODE"); err != nil {
-		return fmt.Errorf("lock source shards: %w", err)
+	if _, err := pgsql.ExecOne(lockCtx, tx.Conn(), "LOCK TABLE "+strings.Join(names, ", ")+" IN EXCLUSIVE MODE"); err != nil {
+		return inPause("lock source shards", err)
 	}
 	sp.mark("lock")
 	// The insert position, not pg_current_wal_lsn() (the write position):
@@ -218,8 +247,8 @@ func (r *run) tryCutover(ctx context.Context, m metadata.Move, c cutoverConns) e
 	// is written, so only the insert position is sure to be past every
 	// acknowledged commit.
 	var lsnText string
-	if err := tx.QueryRow(preCtx, "SELECT pg_current_wal_insert_lsn()::text").Scan(&lsnText); err != nil {
-		return err
+	if err := tx.QueryRow(lockCtx, "SELECT pg_current_wal_insert_lsn()::text").Scan(&lsnText); err != nil {
+		return inPause("read the source's insert position", err)
 	}
 	lsn, err := pglogrepl.ParseLSN(lsnText)
 	if err != nil {
@@ -228,8 +257,8 @@ func (r *run) tryCutover(ctx context.Context, m metadata.Move, c cutoverConns) e
 	// Flush it now rather than waiting for the WAL writer (which, on an
 	// idle source, may not come for a long while): the walsender sends only
 	// flushed WAL, so the applier could never reach lsn in time.
-	if err := flushWAL(preCtx, c.flush); err != nil {
-		return fmt.Errorf("flush the source's WAL: %w", err)
+	if err := flushWAL(lockCtx, c.flush); err != nil {
+		return inPause("flush the source's WAL", err)
 	}
 	sp.mark("flush")
 	if err := r.atCutoverStep(CutoverLocked); err != nil {
@@ -261,13 +290,18 @@ func (r *run) tryCutover(ctx context.Context, m metadata.Move, c cutoverConns) e
 	// after the decision: until then the applier may still need to write
 	// explicit values, and a rolled-back attempt leaves the target as it
 	// was. Writers that reach the target once placements flip wait for it.
-	dtx, err := c.dst.Begin(fenceCtx)
+	// Until the PREPARE an attempt that gives up costs nothing but a
+	// retry, so the steps before it end with the pause's bound, like the
+	// locks: a lost reply must not hold the writes for the fence's slack.
+	beforePrepare, cancelBefore := context.WithDeadline(fenceCtx, pauseStart.Add(budget))
+	defer cancelBefore()
+	dtx, err := c.dst.Begin(beforePrepare)
 	if err != nil {
-		return err
+		return pauseErr(ctx, beforePrepare, pauseStart, "begin on the target", err)
 	}
 	defer func() { _ = dtx.Rollback(context.WithoutCancel(ctx)) }()
-	if err := r.compareDefinitions(fenceCtx, m, tx, dtx); err != nil {
-		return err
+	if err := r.compareDefinitions(beforePrepare, m, tx, dtx); err != nil {
+		return pauseErr(ctx, beforePrepare, pauseStart, "", err)
 	}
 	sp.mark("definitions")
 	// Fence: rename the old shards inside the locking transaction, in one
@@ -278,8 +312,8 @@ func (r *run) tryCutover(ctx context.Context, m metadata.Move, c cutoverConns) e
 		renames = append(renames, "ALTER TABLE "+t.Sanitize()+" RENAME TO "+pgx.Identifier{moved}.Sanitize())
 		old = append(old, metadata.QualifiedName(pgx.Identifier{t[0], moved}))
 	}
-	if i, err := pgsql.ExecEach(fenceCtx, tx.Conn(), renames); err != nil {
-		return fmt.Errorf("fence %s: %w", tables[max(i, 0)].Sanitize(), err)
+	if i, err := pgsql.ExecEach(beforePrepare, tx.Conn(), renames); err != nil {
+		return pauseErr(ctx, beforePrepare, pauseStart, "fence "+tables[max(i, 0)].Sanitize(), err)
 	}
 	if time.Since(pauseStart) > budget {
 		return fmt.Errorf("%w: %s before prepare", errPauseExceeded, time.Since(pauseStart).Round(time.Millisecond))

@@ -165,40 +165,58 @@ func cutoverNetworkFaults(t *testing.T, stream bool) {
 		name string
 		on   string // "coordinator" or "source"
 		rule func(px *faultproxy.Proxy) faultproxy.Rule
+		// longest: when set, no acknowledged write begun during the case
+		// may have taken longer.
+		longest time.Duration
 	}{
 		// The review's case: the decision's COMMIT held past the pause
 		// bound; the mover must not roll the fence back under it.
 		{"decision commit delayed 4s", "coordinator", func(*faultproxy.Proxy) faultproxy.Rule {
 			return decisionCommit(faultproxy.Delay(4*time.Second), nil)
-		}},
+		}, 0},
 		{"decision commit dropped", "coordinator", func(*faultproxy.Proxy) faultproxy.Rule {
 			return decisionCommit(faultproxy.Drop, nil)
-		}},
+		}, 0},
 		{"decision commit cut before it arrives", "coordinator", func(*faultproxy.Proxy) faultproxy.Rule {
 			return decisionCommit(faultproxy.Cut, nil)
-		}},
+		}, 0},
 		{"decision commit ran, reply lost", "coordinator", func(*faultproxy.Proxy) faultproxy.Rule {
 			return decisionCommit(faultproxy.CutAfterForward, nil)
-		}},
+		}, 0},
 		{"coordinator unreachable at the decision", "coordinator", func(px *faultproxy.Proxy) faultproxy.Rule {
 			return decisionCommit(faultproxy.Cut, func() { px.Refuse(3 * time.Second) })
-		}},
+		}, 0},
 		{"prepare delayed 4s", "source", func(*faultproxy.Proxy) faultproxy.Rule {
 			return statement("PREPARE TRANSACTION", faultproxy.Delay(4*time.Second))
-		}},
+		}, 0},
 		{"prepare ran, reply lost", "source", func(*faultproxy.Proxy) faultproxy.Rule {
 			return statement("PREPARE TRANSACTION", faultproxy.CutAfterForward)
-		}},
+		}, 0},
 		{"lock dropped", "source", func(*faultproxy.Proxy) faultproxy.Rule {
 			return statement("LOCK TABLE", faultproxy.Drop)
-		}},
+		}, 0},
+		// The fence's renames run under the source's lock, so the writes
+		// to the group queue behind them: a lost one must end the attempt
+		// within the pause bound (2 s), not hold those writes longer.
+		{"fence dropped", "source", func(*faultproxy.Proxy) faultproxy.Rule {
+			return faultproxy.Once(func(_ faultproxy.ConnInfo, m faultproxy.Message) bool {
+				sql := strings.ToUpper(m.SQL())
+				return (m.Type == 'Q' || m.Type == 'P') && strings.HasPrefix(sql, "ALTER TABLE") && strings.Contains(sql, " RENAME TO ")
+			}, faultproxy.Drop)
+		}, 4 * time.Second},
 		{"commit prepared cut", "source", func(*faultproxy.Proxy) faultproxy.Rule {
 			return statement("COMMIT PREPARED", faultproxy.Cut)
-		}},
+		}, 0},
 		{"commit prepared ran, reply lost", "source", func(*faultproxy.Proxy) faultproxy.Rule {
 			return statement("COMMIT PREPARED", faultproxy.CutAfterForward)
-		}},
+		}, 0},
 	}
+	type window struct {
+		name     string
+		from, to time.Time
+		longest  time.Duration
+	}
+	var bounded []window
 	for i, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			if stream {
@@ -238,6 +256,7 @@ func cutoverNetworkFaults(t *testing.T, stream bool) {
 			if stream {
 				require.NoError(t, p.cat.Carry(ctx, moves[0].ID, []int64{moves[1].ID}))
 			}
+			from := time.Now()
 			px.SetRule(tc.rule(px))
 			defer px.ClearRule()
 			// Run, not RunJob: no recovery before a resumed run, which
@@ -261,11 +280,23 @@ func cutoverNetworkFaults(t *testing.T, stream bool) {
 				assert.Equal(t, moves[0].ID, done.StreamID(), "move %d rode the stream of the job's first move", m.ID)
 				assertFlipped(t, p.cluster, done, target)
 			}
+			if tc.longest > 0 {
+				bounded = append(bounded, window{tc.name, from, time.Now(), tc.longest})
+			}
 		})
 	}
 	res := bg.stop(t)
 	bg = nil
 	verifyAllowing(t, p.cluster, res, "connection")
+	for _, w := range bounded {
+		var longest time.Duration
+		for _, l := range res.Latencies {
+			if !l.At.Before(w.from) && l.At.Before(w.to) {
+				longest = max(longest, l.Dur)
+			}
+		}
+		assert.LessOrEqual(t, longest, w.longest, "%s: the longest acknowledged write begun during the case", w.name)
+	}
 }
 
 // assertFlipped checks a done move: every shard's placement is on the
