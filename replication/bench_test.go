@@ -29,7 +29,8 @@ func envInt(name string, def int) int {
 }
 
 // BenchmarkCopy copies one table between two nodes: a psql | psql pipe of
-// binary COPY (the baseline), then Copy with 1, 2 and 4 ctid ranges. MB/s
+// binary COPY (the baseline), then Copy with 1, 2 and 4 ctid ranges, then
+// the adaptive copy the mover runs against one stream, side by side. MB/s
 // is of the table's on-disk size. SHARDMOVER_BENCH_MB sets the size
 // (default 32).
 func BenchmarkCopy(b *testing.B) {
@@ -89,6 +90,42 @@ func BenchmarkCopy(b *testing.B) {
 			}
 		})
 	}
+	// As the mover copies (one stream, another while each pays, up to 4
+	// over 4 ranges) against one stream over the whole table, A B B A in
+	// each iteration so that neither always runs first: adaptive_MB/s and
+	// one_stream_MB/s over the summed windows of each, x_one_stream their
+	// ratio, streams the widest the adaptive copy went.
+	b.Run("shardmover-adaptive", func(b *testing.B) {
+		var took [2]time.Duration // adaptive, one stream
+		widest := 0
+		for i := 0; i < b.N; i++ {
+			a := i % 2
+			for _, k := range [4]int{a, 1 - a, 1 - a, a} {
+				truncate(b)
+				opts := replication.CopyOptions{
+					SourceDSN: e.srcDSN, TargetDSN: e.tgtDSN, Snapshot: snap.Name,
+					Tables: []pgx.Identifier{{"public", "bench_copy"}}, Workers: 1, RangesPerTable: 1,
+				}
+				if k == 0 {
+					opts.Workers, opts.Adaptive, opts.RangesPerTable, opts.MinRangeBytes = 4, true, 4, 1<<20
+				}
+				start := time.Now()
+				res, err := replication.Copy(ctx, opts)
+				took[k] += time.Since(start)
+				require.NoError(b, err)
+				if k == 0 {
+					require.Equal(b, 4, res.Tables[0].Ranges)
+					widest = max(widest, res.Streams)
+				}
+				check(b)
+			}
+		}
+		mb := float64(2*b.N) * float64(size) / 1e6
+		b.ReportMetric(mb/took[0].Seconds(), "adaptive_MB/s")
+		b.ReportMetric(mb/took[1].Seconds(), "one_stream_MB/s")
+		b.ReportMetric(took[1].Seconds()/took[0].Seconds(), "x_one_stream")
+		b.ReportMetric(float64(widest), "streams")
+	})
 }
 
 // applyRuns counts BenchmarkApply's shape runs in this process, so that
@@ -184,6 +221,14 @@ func BenchmarkApply(b *testing.B) {
 	for _, t := range []string{"bench_apply", "bench_events", "bench_upd"} {
 		e.both(`ALTER TABLE ` + t + ` SET (autovacuum_enabled = off)`)
 	}
+	// The backlogs' statements find their rows by key, in PL/pgSQL loops
+	// whose plans are made, and kept, while the table is small (truncated
+	// and analyzed empty): sequential scans of a table that then grows
+	// through the whole loop. That made writing the txn10 and txn1 backlogs
+	// take minutes of the source's CPU (perf: heapgetpage under the DELETE's
+	// and UPDATE's scans), past exec's minute at times; by key it takes
+	// seconds. Only this session, which writes them, is set.
+	e.exec(e.src, `SET enable_seqscan = off`)
 	ctx := context.Background()
 	require.NoError(b, replication.CreatePublication(ctx, e.src, "bench_apply", []pgx.Identifier{
 		{"public", "bench_apply"}, {"public", "bench_events"}, {"public", "bench_upd"}}))
