@@ -40,7 +40,7 @@ demo: deps build
 
 ## bench: the benchmarks BENCH_COUNT times, raw output in bin/bench.txt, then
 ## BENCHMARKS.md generated from it (internal/benchreport), with the machine facts and
-## the load average sampled every 15 s. Each run is one `go test -count=1` per package
+## the load average and the CPU counters sampled every 15 s. Each run is one `go test -count=1` per package
 ## (one package at a time): -count=N would repeat each sub-benchmark back to back, so
 ## shardmover's N rebalances would all run minutes before Citus's; run by run, every side
 ## runs next to its baseline. About 40 minutes on 2 busy cores at these sizes.
@@ -53,12 +53,12 @@ BENCH_GO2   := $(GO) test -count=1 -run '^$$' -bench '^BenchmarkPlan$$' -timeout
 bench: deps
 	@mkdir -p bin && rm -f $(BENCH_OUT) $(BENCH_LOAD)
 	start=$$(date +%s); st=0; \
-	( while :; do echo "$$(date +%s) $$(cat /proc/loadavg)" >> $(BENCH_LOAD); sleep 15; done ) & sampler=$$!; \
+	( while :; do echo "$$(date +%s) $$(cat /proc/loadavg) $$(head -1 /proc/stat)" >> $(BENCH_LOAD); sleep 15; done ) & sampler=$$!; \
 	for i in $$(seq $(BENCH_COUNT)); do \
 		env $(BENCH_ENV) $(BENCH_GO1) >> $(BENCH_OUT) 2>&1 || st=1; \
 		$(BENCH_GO2) >> $(BENCH_OUT) 2>&1 || st=1; \
 	done; \
-	kill $$sampler; echo "$$(date +%s) $$(cat /proc/loadavg)" >> $(BENCH_LOAD); \
+	kill $$sampler; echo "$$(date +%s) $$(cat /proc/loadavg) $$(head -1 /proc/stat)" >> $(BENCH_LOAD); \
 	$(GO) run ./internal/benchreport/cmd/benchreport -in $(BENCH_OUT) -load $(BENCH_LOAD) -out BENCHMARKS.md -env '$(BENCH_ENV)' \
 		-command "make bench BENCH_COUNT=$(BENCH_COUNT), which runs $(BENCH_COUNT) times: env $(BENCH_ENV) $(BENCH_GO1); $(BENCH_GO2)" \
 		-took $$(( $$(date +%s) - start ))s || st=1; \

@@ -3,6 +3,7 @@ package benchreport
 import (
 	"bytes"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -199,12 +200,17 @@ func TestRender(t *testing.T) {
 	start := time.Unix(1796142890, 0).UTC()
 	require.NoError(t, Render(&buf, Report{
 		Output: o, Command: "make bench", Env: []string{"SHARDMOVER_BENCH_CITUS_MB=150"}, Took: 152 * time.Second,
-		Facts:  Facts{CPUModel: "AMD EPYC", CPUs: 2, Loads: []Load{{At: start, One: 8.51}, {At: start.Add(152 * time.Second), One: 9.14}}},
+		Facts: Facts{CPUModel: "AMD EPYC", CPUs: 2, Loads: []Load{
+			{At: start, One: 8.51, CPU: true, Total: 1000, Idle: 400, Steal: 10},
+			{At: start.Add(152 * time.Second), One: 9.14, CPU: true, Total: 1400, Idle: 500, Steal: 30}}},
 		Ratios: Compare(o, DefaultComparisons),
 	}))
 	doc := buf.String()
 	require.Contains(t, doc, "| wall_s | BenchmarkCitusRebalance/citus | 1 | 0.248 | 0.248 | 0.248 |")
-	require.Contains(t, doc, "**The machine was busy:** the 1-minute load average reached 9.14 on 2 CPUs")
+	require.Contains(t, doc, "**The CPUs were saturated:** the 1-minute load average reached 9.14 on 2 CPUs")
+	// 400 ticks: 100 idle, 20 stolen.
+	require.Contains(t, doc, "| CPU time busy / taken by the hypervisor (steal), whole run | 70% / 5.0% |\n")
+	require.Contains(t, doc, "the hypervisor gave 5.0% of the CPU time to something else.")
 	require.Contains(t, doc, "| `SHARDMOVER_BENCH_CITUS_MB` | 150 |")
 	require.Contains(t, doc, "| wall_s | 16.37 | 16.37 | 16.37 |")
 }
@@ -362,4 +368,52 @@ func TestThroughputFloor(t *testing.T) {
 	buf.Reset()
 	require.NoError(t, Render(&buf, Report{Output: o, SideBySides: DefaultSideBySides}))
 	require.Contains(t, buf.String(), "| wall_s | 16.00 / 16.50 / 17.00 | 9.00 / 9.50 / 10.00 | 6.00 / 7.00 / 8.00 | 80.00 / 82.50 / 85.00 | 5.00 / 5.00 / 5.00 |\n")
+}
+
+// The issue's other floors and ceilings: the apply shapes against 1.5x
+// the native subscription, the writes around the cutovers against 100 ms
+// (p99) and 500 ms (max); and the mover's adaptive copy against one
+// stream, a ratio taken within the run.
+func TestApplyCutoverCopyTargets(t *testing.T) {
+	in := "pkg: r\n" +
+		"BenchmarkCopy/psql-pipe-2 \t 1\t 5 ns/op\t 60.00 MB/s\n" +
+		"BenchmarkCopy/shardmover-adaptive-2 \t 1\t 5 ns/op\t 55.00 adaptive_MB/s\t 50 one_stream_MB/s\t 1.1 x_one_stream\t 2 streams\n" +
+		"BenchmarkApply/txn1-2 \t 1\t 5 ns/op\t 1.6 x_native\n" +
+		"BenchmarkApply/insert-2 \t 1\t 5 ns/op\t 1.2 x_native\n" +
+		"pkg: r\n" +
+		"BenchmarkApply/txn1-2 \t 1\t 5 ns/op\t 1.4 x_native\n" +
+		"BenchmarkApply/insert-2 \t 1\t 5 ns/op\t 1.5 x_native\n" +
+		"pkg: e\n" +
+		"BenchmarkMoveUnderWorkload/clients=8-2 \t 1\t 5 ns/op\t 9.5 cutover_p99_ms\t 520 cutover_max_ms\n"
+	o, err := Parse(strings.NewReader(in))
+	require.NoError(t, err)
+	var buf bytes.Buffer
+	require.NoError(t, Render(&buf, Report{Output: o, Targets: DefaultTargets}))
+	doc := buf.String()
+	require.Contains(t, doc, "| BenchmarkApply/txn1 | x_native | 2 | 1.40 | 1.50 | 1.60 | at least 1.5 | 1 of 2 runs |\n")
+	require.Contains(t, doc, "| BenchmarkApply/insert | x_native | 2 | 1.20 | 1.35 | 1.50 | at least 1.5 | 1 of 2 runs |\n")
+	require.Contains(t, doc, "| BenchmarkApply/txn10 | x_native | 0 | — | — | — | at least 1.5 | missing: BenchmarkApply/txn10 is not in the output |\n")
+	require.Contains(t, doc, "| BenchmarkMoveUnderWorkload/clients=8 | cutover_p99_ms | 1 | 9.50 | 9.50 | 9.50 | under 100 ms | 1 of 1 runs |\n")
+	require.Contains(t, doc, "| BenchmarkMoveUnderWorkload/clients=8 | cutover_max_ms | 1 | 520.0 | 520.0 | 520.0 | under 500 ms | 0 of 1 runs |\n")
+
+	byRow := map[string][]float64{}
+	for _, r := range Compare(o, DefaultComparisons) {
+		byRow[r.Title] = r.Values
+	}
+	require.Equal(t, []float64{1.1}, byRow["copy adaptive ÷ one stream"])
+}
+
+// A load file's lines: the time, /proc/loadavg, and /proc/stat's cpu line
+// when the sampler wrote it; older lines without it still read.
+func TestReadLoads(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "load.txt")
+	require.NoError(t, os.WriteFile(path, []byte("1796239325 1.38 2.13 1.89 2/85 11823\n"+
+		"1796239340 3.74 2.62 2.05 5/154 12431 cpu  359647 0 83412 3089709 705 0 8804 11860 7 9\n"+
+		"garbage\n"), 0o644))
+	ls, err := ReadLoads(path)
+	require.NoError(t, err)
+	require.Len(t, ls, 2)
+	require.False(t, ls[0].CPU)
+	require.Equal(t, Load{At: time.Unix(1796239340, 0).UTC(), One: 3.74, Five: 2.62, Fifteen: 2.05,
+		CPU: true, Total: 359647 + 83412 + 3089709 + 705 + 8804 + 11860, Idle: 3089709 + 705, Steal: 11860}, ls[1])
 }

@@ -25,13 +25,16 @@
 //   - A SideBySide puts benchmarks next to each other, metric by metric
 //     (each cell min / median / max over runs), with the ratio of the last
 //     column to the first taken per run as a Comparison takes it; a Target
-//     holds one metric of one benchmark against a ceiling and counts the
-//     runs under it. DefaultSideBySides (the cutover pauses with 8 and 32
-//     clients; one move of a small shard group by shardmover and by Citus)
-//     and DefaultTargets (the mover's peak RSS moving one large shard group,
-//     under 150 MB; a move's fixed cost, under 500 ms) are BENCHMARKS.md's
-//     key figures; a
-//     benchmark with no result gives a cell saying why, as a comparison does.
+//     holds one metric of one benchmark against a ceiling (or a floor) and
+//     counts the runs that meet it. DefaultSideBySides (the cutover pauses
+//     with 8 and 32 clients; one move of a small shard group by shardmover
+//     and by Citus; the rebalance by each) and DefaultTargets (the mover's
+//     peak RSS moving one large shard group, under 150 MB; a move's fixed
+//     cost, under 500 ms; the writes' rate during a rebalance, at least 0.8
+//     of before; the writes around the cutovers with 8 clients, p99 under
+//     100 ms and max under 500 ms; each apply shape at least 1.5 times the
+//     native subscription) are BENCHMARKS.md's key figures; a benchmark
+//     with no result gives a cell saying why, as a comparison does.
 //   - Render writes the document: the machine facts (CPU model and count,
 //     memory, OS, Go, PostgreSQL and Citus versions, the load average at the
 //     start and end of the run and its samples during it, with a sentence

@@ -12,10 +12,18 @@ import (
 	"time"
 )
 
-// Load is one load-average sample.
+// Load is one load-average sample, with the machine's CPU counters of
+// /proc/stat's "cpu" line when the sample has them.
 type Load struct {
 	At                 time.Time
 	One, Five, Fifteen float64
+	// CPU says the counters below were in the sample. Total is the sum of
+	// the first eight columns (clock ticks since boot, all CPUs; the guest
+	// columns are already in user and nice), Idle the idle and iowait
+	// columns, Steal the time the hypervisor ran something else while
+	// this machine had work.
+	CPU                bool
+	Total, Idle, Steal int64
 }
 
 // Facts describes the machine and the run.
@@ -37,7 +45,7 @@ const PostgresBin = "/usr/lib/postgresql/15/bin"
 const CitusControl = "/usr/share/postgresql/15/extension/citus.control"
 
 // ReadFacts reads the machine facts, and the load samples from loadFile
-// (lines of `unix_seconds` followed by a /proc/loadavg line; "" for none).
+// (see ReadLoads; "" for none).
 func ReadFacts(loadFile string) (Facts, error) {
 	var f Facts
 	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
@@ -102,7 +110,10 @@ func ReadFacts(loadFile string) (Facts, error) {
 	return f, nil
 }
 
-// ReadLoads reads a load file: each line `unix_seconds l1 l5 l15 ...`.
+// ReadLoads reads a load file: each line `unix_seconds l1 l5 l15 ...`
+// (a /proc/loadavg line after the time), optionally followed by
+// /proc/stat's first line (`cpu user nice system idle iowait irq softirq
+// steal ...`).
 func ReadLoads(path string) ([]Load, error) {
 	fh, err := os.Open(path)
 	if err != nil {
@@ -124,8 +135,33 @@ func ReadLoads(path string) ([]Load, error) {
 			}
 		}
 		if ok {
-			out = append(out, Load{At: time.Unix(int64(v[0]), 0).UTC(), One: v[1], Five: v[2], Fifteen: v[3]})
+			l := Load{At: time.Unix(int64(v[0]), 0).UTC(), One: v[1], Five: v[2], Fifteen: v[3]}
+			readCPU(&l, f)
+			out = append(out, l)
 		}
 	}
 	return out, sc.Err()
+}
+
+// readCPU fills l's CPU counters from the "cpu" field and the eight
+// numbers after it, if the line has them.
+func readCPU(l *Load, f []string) {
+	for i, w := range f {
+		if w != "cpu" || len(f) < i+9 {
+			continue
+		}
+		var c [8]int64
+		for j := range c {
+			n, err := strconv.ParseInt(f[i+1+j], 10, 64)
+			if err != nil {
+				return
+			}
+			c[j] = n
+		}
+		for _, n := range c { // guest time is already in user and nice
+			l.Total += n
+		}
+		l.CPU, l.Idle, l.Steal = true, c[3]+c[4], c[7]
+		return
+	}
 }

@@ -97,7 +97,23 @@ var DefaultTargets = []Target{{
 }, {
 	Title: "writes' rate during a rebalance after adding a node, as a fraction of before (`--groups-per-stream 8`)",
 	Name:  "BenchmarkCitusRebalance/shardmover-streams", Metric: "throughput_fraction", Below: 0.8, AtLeast: true,
-}}
+}, {
+	Title: "p99 latency of the writes around each cutover, 8 clients",
+	Name:  "BenchmarkMoveUnderWorkload/clients=8", Metric: "cutover_p99_ms", Below: 100, Unit: "ms",
+}, {
+	Title: "slowest write around the cutovers, 8 clients",
+	Name:  "BenchmarkMoveUnderWorkload/clients=8", Metric: "cutover_max_ms", Below: 500, Unit: "ms",
+}, applyTarget("txn10", "10-change transactions"), applyTarget("txn1", "1-change transactions"),
+	applyTarget("insert", "insert-only, github_events rows"), applyTarget("update-random", "single-row updates of random keys")}
+
+// applyTarget holds one BenchmarkApply shape's speed, as a multiple of
+// PostgreSQL's own subscription on the same backlog, against 1.5.
+func applyTarget(shape, what string) Target {
+	return Target{
+		Title: "applying a backlog (" + what + "), changes/s as a multiple of `CREATE SUBSCRIPTION`'s in the same iteration",
+		Name:  "BenchmarkApply/" + shape, Metric: "x_native", Below: 1.5, AtLeast: true,
+	}
+}
 
 // results returns the results of the benchmark called name in whichever
 // package has it, or why there are none.

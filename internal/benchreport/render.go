@@ -72,10 +72,19 @@ func Render(w io.Writer, r Report) error {
 			ones[i] = l.One
 		}
 		s := Stats(ones)
-		p("| 1-min load average over %d samples (min / median / max) | %s / %s / %s |\n\n", n, num(s.Min), num(s.Median), num(s.Max))
+		p("| 1-min load average over %d samples (min / median / max) | %s / %s / %s |\n", n, num(s.Min), num(s.Median), num(s.Max))
+		busy, steal, cpuOK := cpuShares(first, last)
+		if cpuOK {
+			p("| CPU time busy / taken by the hypervisor (steal), whole run | %.0f%% / %.1f%% |\n", 100*busy, 100*steal)
+		}
+		p("\n")
 		if f.CPUs > 0 && s.Max > float64(f.CPUs) {
-			p("**The machine was busy:** the 1-minute load average reached %s on %d CPUs (median %s), so other work shared ", num(s.Max), f.CPUs, num(s.Median))
-			p("the CPUs with the benchmarks. Absolute figures here are not speed claims; the ratios compare two sides ")
+			p("**The CPUs were saturated:** the 1-minute load average reached %s on %d CPUs (median %s). ", num(s.Max), f.CPUs, num(s.Median))
+			p("The benchmarks' own servers and clients keep more processes runnable than there are CPUs, so this alone does not say that other work ran; ")
+			if cpuOK {
+				p("the hypervisor gave %.1f%% of the CPU time to something else. ", 100*steal)
+			}
+			p("Absolute figures here are not speed claims; the ratios compare two sides ")
 			p("that ran next to each other under about the same load, and the spread between runs shows how much the load moved them.\n\n")
 		} else {
 			p("The 1-minute load average stayed at or below the CPU count (%d) in every sample.\n\n", f.CPUs)
@@ -158,4 +167,16 @@ func Render(w io.Writer, r Report) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// cpuShares gives the share of the CPU time between two samples that was
+// busy (not idle, not waiting for I/O, not stolen) and that the hypervisor
+// took (steal); ok is false when either sample lacks the counters.
+func cpuShares(first, last Load) (busy, steal float64, ok bool) {
+	total := last.Total - first.Total
+	if !first.CPU || !last.CPU || total <= 0 {
+		return 0, 0, false
+	}
+	idle, stolen := last.Idle-first.Idle, last.Steal-first.Steal
+	return float64(total-idle-stolen) / float64(total), float64(stolen) / float64(total), true
 }

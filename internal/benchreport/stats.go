@@ -67,6 +67,7 @@ var DefaultComparisons = []Comparison{
 	{Title: "apply $1, shardmover ÷ CREATE SUBSCRIPTION", Side: regexp.MustCompile(`^BenchmarkApply/(.+)$`), Metric: "x_native_walsender_bound", Within: true, Meaning: "the most x_native could be: the native windows over the CPU time of the walsender in shardmover's (one process, so never more than its window)"},
 	{Title: "cutover, 32 ÷ 8 clients", Side: regexp.MustCompile(`^BenchmarkMoveUnderWorkload/clients=32$`), Base: "BenchmarkMoveUnderWorkload/clients=8", Metric: "max_write_pause_ms", Meaning: "above 1: the mover's longest cutover write pause grew with the clients"},
 	{Title: "cutover, 32 ÷ 8 clients", Side: regexp.MustCompile(`^BenchmarkMoveUnderWorkload/clients=32$`), Base: "BenchmarkMoveUnderWorkload/clients=8", Metric: "cutover_p99_ms", Meaning: "above 1: the p99 write around the cutovers grew with the clients"},
+	{Title: "copy adaptive ÷ one stream", Side: regexp.MustCompile(`^BenchmarkCopy/shardmover-adaptive$`), Metric: "x_one_stream", Within: true, Meaning: "the mover's copy (one stream, more while each pays) over one stream of the whole table, A B B A in each iteration; below 1: the adaptive copy was slower"},
 	{Title: "copy $1 ranges ÷ psql binary pipe", Side: regexp.MustCompile(`^BenchmarkCopy/shardmover-(\d+)ranges$`), Base: "BenchmarkCopy/psql-pipe", Metric: "MB/s", Meaning: "above 1: Copy was faster"},
 }
 

@@ -18,7 +18,7 @@ import (
 
 func main() {
 	in := flag.String("in", "bin/bench.txt", "go test -bench output of one or more runs")
-	load := flag.String("load", "", "load samples: lines of `unix_seconds loadavg`")
+	load := flag.String("load", "", "load samples: lines of `unix_seconds loadavg [/proc/stat cpu line]`")
 	out := flag.String("out", "BENCHMARKS.md", "the document to write")
 	command := flag.String("command", "make bench", "the command that produced -in")
 	env := flag.String("env", "", "space-separated NAME=value sizes the command set")
