@@ -349,25 +349,37 @@ func TestThroughputFloor(t *testing.T) {
 		"BenchmarkCitusRebalance/shardmover-overlap-2 \t 1\t 5 ns/op\t 0.81 throughput_fraction\t 10 wall_s\n" +
 		"BenchmarkCitusRebalance/shardmover-streams-2 \t 1\t 5 ns/op\t 0.75 throughput_fraction\t 8 wall_s\n" +
 		"BenchmarkCitusRebalance/citus-2 \t 1\t 5 ns/op\t 0.8 throughput_fraction\t 80 wall_s\n"
-	o, err := Parse(strings.NewReader(in))
-	require.NoError(t, err)
-	var buf bytes.Buffer
-	require.NoError(t, Render(&buf, Report{Output: o, Targets: DefaultTargets}))
-	doc := buf.String()
+	o, doc := targetsDoc(t, in)
 	require.Contains(t, doc, "| BenchmarkCitusRebalance/shardmover | throughput_fraction | 2 | 0.8 | 0.825 | 0.85 | at least 0.8 | 2 of 2 runs |\n")
 	require.Contains(t, doc, "| BenchmarkCitusRebalance/shardmover-overlap | throughput_fraction | 2 | 0.7 | 0.755 | 0.81 | at least 0.8 | 1 of 2 runs |\n")
 	require.Contains(t, doc, "| BenchmarkCitusRebalance/shardmover-streams | throughput_fraction | 2 | 0.75 | 0.825 | 0.9 | at least 0.8 | 1 of 2 runs |\n")
-	byRow := map[string][]float64{}
-	for _, r := range Compare(o, DefaultComparisons) {
-		byRow[r.Title+" "+r.Metric] = r.Values
-	}
+	byRow := ratios(o)
 	require.InDeltaSlice(t, []float64{17.0 / 85, 16.0 / 80}, byRow["rebalance, shardmover ÷ Citus wall_s"], 1e-12)
 	require.InDeltaSlice(t, []float64{9.0 / 85, 10.0 / 80}, byRow["rebalance, shardmover-overlap ÷ Citus wall_s"], 1e-12)
 	require.InDeltaSlice(t, []float64{6.0 / 85, 8.0 / 80}, byRow["rebalance, shardmover-streams ÷ Citus wall_s"], 1e-12)
 
-	buf.Reset()
+	var buf bytes.Buffer
 	require.NoError(t, Render(&buf, Report{Output: o, SideBySides: DefaultSideBySides}))
 	require.Contains(t, buf.String(), "| wall_s | 16.00 / 16.50 / 17.00 | 9.00 / 9.50 / 10.00 | 6.00 / 7.00 / 8.00 | 80.00 / 82.50 / 85.00 | 5.00 / 5.00 / 5.00 |\n")
+}
+
+// ratios gives the default comparisons' values by title and metric.
+func ratios(o *Output) map[string][]float64 {
+	byRow := map[string][]float64{}
+	for _, r := range Compare(o, DefaultComparisons) {
+		byRow[r.Title+" "+r.Metric] = r.Values
+	}
+	return byRow
+}
+
+// targetsDoc parses in and renders its targets.
+func targetsDoc(t *testing.T, in string) (*Output, string) {
+	t.Helper()
+	o, err := Parse(strings.NewReader(in))
+	require.NoError(t, err)
+	var buf bytes.Buffer
+	require.NoError(t, Render(&buf, Report{Output: o, Targets: DefaultTargets}))
+	return o, buf.String()
 }
 
 // The other floors and ceilings: the apply shapes against 1.5x
@@ -385,22 +397,14 @@ func TestApplyCutoverCopyTargets(t *testing.T) {
 		"BenchmarkApply/insert-2 \t 1\t 5 ns/op\t 1.5 x_native\n" +
 		"pkg: e\n" +
 		"BenchmarkMoveUnderWorkload/clients=8-2 \t 1\t 5 ns/op\t 9.5 cutover_p99_ms\t 520 cutover_max_ms\n"
-	o, err := Parse(strings.NewReader(in))
-	require.NoError(t, err)
-	var buf bytes.Buffer
-	require.NoError(t, Render(&buf, Report{Output: o, Targets: DefaultTargets}))
-	doc := buf.String()
+	o, doc := targetsDoc(t, in)
 	require.Contains(t, doc, "| BenchmarkApply/txn1 | x_native | 2 | 1.40 | 1.50 | 1.60 | at least 1.5 | 1 of 2 runs |\n")
 	require.Contains(t, doc, "| BenchmarkApply/insert | x_native | 2 | 1.20 | 1.35 | 1.50 | at least 1.5 | 1 of 2 runs |\n")
 	require.Contains(t, doc, "| BenchmarkApply/txn10 | x_native | 0 | — | — | — | at least 1.5 | missing: BenchmarkApply/txn10 is not in the output |\n")
 	require.Contains(t, doc, "| BenchmarkMoveUnderWorkload/clients=8 | cutover_p99_ms | 1 | 9.50 | 9.50 | 9.50 | under 100 ms | 1 of 1 runs |\n")
 	require.Contains(t, doc, "| BenchmarkMoveUnderWorkload/clients=8 | cutover_max_ms | 1 | 520.0 | 520.0 | 520.0 | under 500 ms | 0 of 1 runs |\n")
 
-	byRow := map[string][]float64{}
-	for _, r := range Compare(o, DefaultComparisons) {
-		byRow[r.Title] = r.Values
-	}
-	require.Equal(t, []float64{1.1}, byRow["copy adaptive ÷ one stream"])
+	require.Equal(t, []float64{1.1}, ratios(o)["copy adaptive ÷ one stream x_one_stream"])
 }
 
 // A load file's lines: the time, /proc/loadavg, and /proc/stat's cpu line
