@@ -191,14 +191,15 @@ func TestHoldAtConsistentPoint(t *testing.T) {
 		require.Equal(t, s, g, "round %d at %s: the target held at the consistent point differs from the source's snapshot", i, at)
 		t.Logf("round %d at %s: %s (%d writes during the round)", i, at, s[:min(len(s), 12)], writes.Load()-before)
 		if walinspect {
-			// pg_walinspect refuses a start at or past the flushed WAL
-			// ("cannot accept future start LSN"): wait for the writers'
-			// commits to flush past the point first.
+			// pg_walinspect refuses a start or an end past the flushed
+			// WAL ("cannot accept future start LSN", "... end LSN"): wait
+			// for the writers' commits to flush past the range read below
+			// first.
 			require.Eventually(t, func() bool {
 				var flushed bool
-				err := src.QueryRow(context.Background(), "SELECT pg_current_wal_flush_lsn() > $1::pg_lsn", at).Scan(&flushed)
+				err := src.QueryRow(context.Background(), "SELECT pg_current_wal_flush_lsn() >= $1::pg_lsn + 200", at).Scan(&flushed)
 				return err == nil && flushed
-			}, 10*time.Second, 5*time.Millisecond, "the WAL flushed past %s", at)
+			}, 10*time.Second, 5*time.Millisecond, "the WAL flushed past %s + 200", at)
 			var n int
 			require.NoError(t, src.QueryRow(context.Background(), `SELECT count(*) FROM pg_get_wal_records_info($1::pg_lsn, $1::pg_lsn + 200)
 				WHERE start_lsn = $1::pg_lsn AND resource_manager = 'Transaction' AND record_type = 'COMMIT'`, at).Scan(&n))
