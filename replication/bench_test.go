@@ -205,6 +205,12 @@ func BenchmarkApply(b *testing.B) {
 	// sides' windows run under it, the subscription's with only the poll
 	// in this process.
 	defer runtime.GOMAXPROCS(procs.Apply())
+	// SHARDMOVER_BENCH_NO_QUIET_WAIT=1 leaves the source socket's
+	// low-water mark at 1 while the Stream's reader waits (as before
+	// quietWait), to compare the two in runs next to each other.
+	if os.Getenv("SHARDMOVER_BENCH_NO_QUIET_WAIT") != "" {
+		defer replication.SetQuietWaits(replication.SetQuietWaits(false))
+	}
 	e := newEnv(b)
 	n := envInt("SHARDMOVER_BENCH_CHANGES", 100000)
 	rows := envInt("SHARDMOVER_BENCH_APPLY_ROWS", 200000)

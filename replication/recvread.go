@@ -1,8 +1,17 @@
 package replication
 
 import (
+	"bufio"
+	"context"
+	"fmt"
 	"io"
+	"net"
+	"sync/atomic"
+	"syscall"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
 )
 
 // A walsender writes each message of a backlog with its own send() as soon
@@ -22,9 +31,17 @@ import (
 // is pending), so lag and cutover are not affected. The walsender keeps
 // writing into the socket buffer meanwhile; it has room for far more than
 // it writes in a millisecond.
+//
+// The wait is quiet where the socket is TCP (see quietWait): the Go
+// runtime keeps the socket in its poller while the reading goroutine
+// sleeps, and every message the walsender sent during the wait woke the
+// poller's thread, which found nothing to run and slept again.
 type coalescingReader struct {
 	r     io.Reader
 	small bool // the last read returned little: wait before the next
+	// sock is the connection's TCP socket, nil for any other kind: its
+	// receive low-water mark is raised during the wait.
+	sock syscall.RawConn
 }
 
 const (
@@ -32,11 +49,68 @@ const (
 	coalesceWait  = time.Millisecond
 )
 
+// quietWaits turns quietWait's low-water mark on; tests and benchmarks
+// turn it off to compare (export_test.go).
+var quietWaits atomic.Bool
+
+func init() { quietWaits.Store(true) }
+
+// readCoalesced makes cfg's connections read through a coalescingReader
+// (under a 256 KB buffer: one read should take in as many messages as are
+// waiting), with the socket of the connection it dials.
+func readCoalesced(cfg *pgconn.Config) {
+	var dialed atomic.Pointer[net.TCPConn]
+	if dial := cfg.DialFunc; dial != nil {
+		cfg.DialFunc = func(ctx context.Context, network, address string) (net.Conn, error) {
+			c, err := dial(ctx, network, address)
+			if tc, ok := c.(*net.TCPConn); ok {
+				dialed.Store(tc)
+			}
+			return c, err
+		}
+	}
+	// pgconn dials, then builds the frontend of that connection (once
+	// per attempt, in that order), so the socket dialed last is this
+	// frontend's. A cancel request dials too, but after the frontend was
+	// built: Swap leaves nothing for it to be mistaken for.
+	cfg.BuildFrontend = func(r io.Reader, w io.Writer) *pgproto3.Frontend {
+		cr := &coalescingReader{r: r}
+		if tc := dialed.Swap(nil); tc != nil {
+			if rc, err := tc.SyscallConn(); err == nil {
+				cr.sock = rc
+			}
+		}
+		return pgproto3.NewFrontend(bufio.NewReaderSize(cr, 256<<10), w)
+	}
+}
+
 func (c *coalescingReader) Read(p []byte) (int, error) {
 	if c.small {
-		time.Sleep(coalesceWait)
+		if err := c.quietWait(); err != nil {
+			return 0, err
+		}
 	}
 	n, err := c.r.Read(p)
 	c.small = err == nil && n < coalesceBelow
 	return n, err
+}
+
+// quietWait waits coalesceWait with the socket's receive low-water mark
+// (SO_RCVLOWAT) raised to coalesceBelow, and puts it back to 1 before it
+// returns: the kernel then reports the socket readable to the poller only
+// once coalesceBelow bytes are waiting, so the walsender's messages no
+// longer wake the process during the wait (docs/performance.md has the
+// measurements). The mark is 1 again before every read, so no read is held
+// back by it; if it cannot be put back, the read fails, and the session
+// with it, rather than go on with a raised mark.
+func (c *coalescingReader) quietWait() error {
+	if c.sock == nil || !quietWaits.Load() || setRcvLowat(c.sock, coalesceBelow) != nil {
+		time.Sleep(coalesceWait)
+		return nil
+	}
+	time.Sleep(coalesceWait)
+	if err := setRcvLowat(c.sock, 1); err != nil {
+		return fmt.Errorf("put back the replication socket's receive low-water mark: %w", err)
+	}
+	return nil
 }

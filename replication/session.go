@@ -1,11 +1,9 @@
 package replication
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"runtime/debug"
 	"sync/atomic"
 	"time"
@@ -69,9 +67,7 @@ func (s *Stream) session(ctx context.Context) (err error) {
 	// as many as are waiting; a coalescingReader under it waits a moment
 	// after a read that drained the socket, so that there are many.
 	scfg := s.srcCfg.Copy()
-	scfg.BuildFrontend = func(r io.Reader, w io.Writer) *pgproto3.Frontend {
-		return pgproto3.NewFrontend(bufio.NewReaderSize(&coalescingReader{r: r}, 256<<10), w)
-	}
+	readCoalesced(scfg)
 	src, err := connectReplication(ctx, scfg, s.cfg.Slot)
 	if err != nil {
 		return err
