@@ -2,4 +2,4 @@ package replication
 
 // SetQuietWaits turns the coalescing reader's raised low-water mark on or
 // off, for a comparison, and returns the previous setting.
-func SetQuietWaits(on bool) bool { return quietWaits.Swap(on) }
+func SetQuietWaits(on bool) bool { return !plainWaits.Swap(!on) }

@@ -49,11 +49,9 @@ const (
 	coalesceWait  = time.Millisecond
 )
 
-// quietWaits turns quietWait's low-water mark on; tests and benchmarks
-// turn it off to compare (export_test.go).
-var quietWaits atomic.Bool
-
-func init() { quietWaits.Store(true) }
+// plainWaits turns quietWait's low-water mark off, for tests and
+// benchmarks that compare the two (export_test.go).
+var plainWaits atomic.Bool
 
 // readCoalesced makes cfg's connections read through a coalescingReader
 // (under a 256 KB buffer: one read should take in as many messages as are
@@ -104,7 +102,7 @@ func (c *coalescingReader) Read(p []byte) (int, error) {
 // back by it; if it cannot be put back, the read fails, and the session
 // with it, rather than go on with a raised mark.
 func (c *coalescingReader) quietWait() error {
-	if c.sock == nil || !quietWaits.Load() || setRcvLowat(c.sock, coalesceBelow) != nil {
+	if c.sock == nil || plainWaits.Load() || setRcvLowat(c.sock, coalesceBelow) != nil {
 		time.Sleep(coalesceWait)
 		return nil
 	}
