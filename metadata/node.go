@@ -118,11 +118,21 @@ func (c *Catalog) NodeByAddr(ctx context.Context, addr string) (Node, error) {
 	return Node{}, fmt.Errorf("%w: no node %s is registered; `shardmover node list` shows the registered nodes", ErrNotFound, addr)
 }
 
-// SetShouldHaveShards sets pg_dist_node.shouldhaveshards of a node (compat;
-// on Citus use citus_set_node_property).
+// SetShouldHaveShards sets pg_dist_node.shouldhaveshards of a node. On
+// Citus it goes through Citus's own citus_set_node_property, as Citus's
+// citus_drain_node does before it moves the node's shards away (Citus
+// propagates the change to every metadata node).
 func (c *Catalog) SetShouldHaveShards(ctx context.Context, nodeID int32, v bool) error {
 	if c.flavor == Citus {
-		return invalidf("this is a Citus cluster; use SELECT citus_set_node_property(host, port, 'shouldhaveshards', %t)", v)
+		tag, err := c.pool.Exec(ctx, `SELECT pg_catalog.citus_set_node_property(nodename, nodeport, 'shouldhaveshards', $2)
+			FROM pg_catalog.pg_dist_node WHERE nodeid = $1`, nodeID, v)
+		if err != nil {
+			return fmt.Errorf("citus_set_node_property(shouldhaveshards = %t) of node %d: %w", v, nodeID, err)
+		}
+		if tag.RowsAffected() != 1 {
+			return fmt.Errorf("%w: node %d", ErrNotFound, nodeID)
+		}
+		return nil
 	}
 	return c.tx(ctx, func(tx pgx.Tx) error {
 		tag, err := tx.Exec(ctx, "UPDATE shardmover_catalog.pg_dist_node SET shouldhaveshards = $2 WHERE nodeid = $1", nodeID, v)

@@ -334,6 +334,17 @@ func (c *Catalog) scanNodes(ctx context.Context, st catalogState) (map[int64]map
 			qualified := QualifiedName(pgx.Identifier{schema, rel})
 			display := DisplayQualifiedName(qualified)
 			if t, id, ok := shardLike(tablesBySchema[schema], rel); ok {
+				// On Citus a move's old shards keep their names until
+				// Citus's deferred cleanup drops them.
+				if rec, ok := kept[strconv.Itoa(int(n.GroupID))+"\x00"+qualified]; ok {
+					var moveID int64
+					if rec.MoveID != nil {
+						moveID = *rec.MoveID
+					}
+					out = append(out, Finding{Kind: FindingKept, Node: n.Addr(), Table: display, MoveID: moveID,
+						Message: fmt.Sprintf("%s on %s is an old copy of a moved shard, recorded for Citus's deferred cleanup", display, n.Addr())})
+					continue
+				}
 				if s, known := shardByKey[schema+"\x00"+t.Name+"\x00"+id]; known {
 					if found[s.ID] == nil {
 						found[s.ID] = map[int32]bool{}

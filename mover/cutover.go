@@ -47,7 +47,23 @@ var errPauseExceeded = errors.New("write pause bound reached")
 // that waits for one in flight, then the fences to match. A decision found
 // committed sends the move on to cleanup; otherwise the attempt below
 // prepares under the freshly bumped epoch.
-func (r *run) cutover(ctx context.Context, m metadata.Move) (err error) {
+func (r *run) cutover(ctx context.Context, m metadata.Move) error {
+	wait, err := r.cutoverAttempt(ctx, m)
+	if err != nil || wait == 0 {
+		return err
+	}
+	// The attempt rolled back. Its sessions are released by now: every
+	// transaction it opened on every node (the fence's, the target's, each
+	// metadata node's part and the decision) has ended, so nothing of ours
+	// holds a lock through the backoff.
+	return ctxtime.Sleep(ctx, wait)
+}
+
+// cutoverAttempt settles what an earlier attempt left and makes one
+// attempt; a rolled-back attempt returns the backoff to wait before the
+// next one, which the caller waits only after every session of the attempt
+// has been released.
+func (r *run) cutoverAttempt(ctx context.Context, m metadata.Move) (backoff time.Duration, err error) {
 	sp := newSplits()
 	defer sp.log(r.log, "cutover prelude timings")
 	// The sessions of the attempt are opened, all at once, while the
@@ -107,20 +123,20 @@ func (r *run) cutover(ctx context.Context, m metadata.Move) (err error) {
 	}()
 	st, err := r.settle(ctx, m)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	sp.mark("settle")
 	if st.Committed {
-		return metadata.ErrPhaseConflict // re-read: the move is past its decision
+		return 0, metadata.ErrPhaseConflict // re-read: the move is past its decision
 	}
 	m.CutoverEpoch = st.Epoch
 	<-connected
 	if err := errors.Join(connErr[:]...); err != nil {
-		return err
+		return 0, err
 	}
 	sp.mark("connect")
 	if err := r.startStream(ctx, m); err != nil {
-		return err
+		return 0, err
 	}
 	r.catchUpBeforePause(ctx, flush)
 	sp.mark("catch_up")
@@ -133,20 +149,20 @@ func (r *run) cutover(ctx context.Context, m metadata.Move) (err error) {
 	switch {
 	case err == nil:
 		r.cutoverBackoff = r.e.cfg.CutoverBackoff
-		return nil
+		return 0, nil
 	case errors.Is(err, ErrKilled), ctx.Err() != nil:
-		return err
+		return 0, err
 	case errors.Is(err, errPauseExceeded) || pgerr.IsLockTimeout(err):
 		wait := r.cutoverBackoff
 		r.cutoverBackoff = min(2*r.cutoverBackoff, r.e.cfg.CutoverMaxBackoff)
 		r.log.Warn("cutover rolled back", zap.Error(err), zap.Duration("retry_in", wait))
 		if err := r.changePhase(ctx, m, Cutover, CatchingUp, rolledBack,
 			fmt.Sprintf("cutover rolled back (%v); retry in %s", err, wait), ""); err != nil {
-			return err
+			return 0, err
 		}
-		return ctxtime.Sleep(ctx, wait)
+		return max(wait, time.Nanosecond), nil
 	}
-	return err
+	return 0, err
 }
 
 // pauseErr reports err from the step what of a cutover attempt: when the
@@ -238,7 +254,18 @@ func (r *run) tryCutover(ctx context.Context, m metadata.Move, c cutoverConns) e
 			return inPause("", err) // the error names the node
 		}
 	}
-	if _, err := pgsql.ExecOne(lockCtx, tx.Conn(), "LOCK TABLE "+strings.Join(names, ", ")+" IN EXCLUSIVE MODE"); err != nil {
+	// On compat the application routes itself, so the source's shards are
+	// locked against writes (EXCLUSIVE: reads go on). On Citus every write
+	// is routed by Citus and is held by the metadata locks just taken on
+	// every node it may enter, as in Citus's own moves; a lock on the shard
+	// table would add nothing but a wait: Citus plans a statement entering
+	// on the source against its local shard, taking the shard's row lock
+	// before it reaches the metadata lock in the executor, so an EXCLUSIVE
+	// lock here would wait for writes that wait for us, until lock_timeout.
+	// ACCESS SHARE conflicts with neither reads nor writes, only with DDL
+	// (ACCESS EXCLUSIVE), so the definitions compared below cannot change
+	// until the fence ends.
+	if _, err := pgsql.ExecOne(lockCtx, tx.Conn(), "LOCK TABLE "+strings.Join(names, ", ")+" IN "+sourceLockMode(c.citus != nil)+" MODE"); err != nil {
 		return inPause("lock source shards", err)
 	}
 	sp.mark("lock")
@@ -304,15 +331,26 @@ func (r *run) tryCutover(ctx context.Context, m metadata.Move, c cutoverConns) e
 		return pauseErr(ctx, beforePrepare, pauseStart, "", err)
 	}
 	sp.mark("definitions")
-	// Fence: rename the old shards inside the locking transaction, in one
-	// round trip (each its own statement).
+	// Fence. On compat: rename the old shards inside the locking
+	// transaction, in one round trip (each its own statement), so that a
+	// client routing by stale metadata fails instead of writing where
+	// nobody reads. On Citus the old shards keep their names, as in Citus's
+	// own moves: Citus routes every statement, after the metadata locks,
+	// by the placements that flip with this fence, and a rename (ACCESS
+	// EXCLUSIVE) would stall every read of the shard behind it and fail
+	// the statements Citus planned against the local shard before they
+	// reached the metadata lock. Citus's deferred cleanup drops them.
 	var old, renames []string
 	for _, t := range tables {
+		if c.citus != nil {
+			old = append(old, metadata.QualifiedName(t))
+			continue
+		}
 		moved := movedName(t[1], m.ID)
 		renames = append(renames, "ALTER TABLE "+t.Sanitize()+" RENAME TO "+pgx.Identifier{moved}.Sanitize())
 		old = append(old, metadata.QualifiedName(pgx.Identifier{t[0], moved}))
 	}
-	if i, err := pgsql.ExecEach(beforePrepare, tx.Conn(), renames); err != nil {
+	if i, err := execEach(beforePrepare, tx.Conn(), renames); err != nil {
 		return pauseErr(ctx, beforePrepare, pauseStart, "fence "+tables[max(i, 0)].Sanitize(), err)
 	}
 	if time.Since(pauseStart) > budget {
@@ -407,6 +445,24 @@ func (r *run) tryCutover(ctx context.Context, m metadata.Move, c cutoverConns) e
 	err = r.changePhase(ctx, m, Cutover, Cleanup, decided, fmt.Sprintf("placements flipped; writes paused %s", pause.Round(time.Millisecond)), "")
 	sp.mark("phase")
 	return err
+}
+
+// execEach is pgsql.ExecEach, with nothing sent for no statements.
+func execEach(ctx context.Context, conn *pgx.Conn, sqls []string) (int, error) {
+	if len(sqls) == 0 {
+		return -1, nil
+	}
+	return pgsql.ExecEach(ctx, conn, sqls)
+}
+
+// sourceLockMode is the lock the cutover takes on the source's shard
+// tables: EXCLUSIVE on compat (writes wait, reads go on), ACCESS SHARE on
+// Citus (only DDL waits; Citus's metadata locks hold the writes).
+func sourceLockMode(citus bool) string {
+	if citus {
+		return "ACCESS SHARE"
+	}
+	return "EXCLUSIVE"
 }
 
 // finishTarget commits the target transaction that finished identity

@@ -196,7 +196,18 @@ func (r *run) settleOnce(ctx context.Context, m metadata.Move) (st metadata.Sett
 	if err != nil {
 		return st, true, err
 	}
-	if st.Committed && !found {
+	if st.Committed && !found && r.citus() {
+		// On Citus the fence renames nothing: with it gone, the source's
+		// own placements may have routed writes to the old shards until
+		// syncSourcePlacements below points them at the target again. The
+		// slot still holds what they wrote: cleanup carries it over.
+		if err := r.e.cat.SetCarryOverDue(ctx, r.lease, m.ID, true); err != nil {
+			return st, true, err
+		}
+		r.carryOverDue = true
+		r.log.Error("the fence of a committed cutover was gone on the source; its placements are pointed at the target again and what the old shards took meanwhile is carried over", zap.Strings("tables", m.ShardTables))
+	}
+	if st.Committed && !found && !r.citus() {
 		open, err := unfenced(ctx, src, m)
 		if err != nil {
 			return st, true, err

@@ -25,9 +25,9 @@
 //     clients use the coordinator, odd clients the metadata-synced workers
 //     in turn, so half of the clients go through the coordinator and half
 //     through workers (any node of a metadata-synced cluster takes DML).
-//     Route and Do, which have no client, use the coordinator. The 42P01
-//     retry is kept (Citus does not answer it during its own moves; an
-//     error the server answered committed nothing, so retrying is safe).
+//     Route and Do, which have no client, use the coordinator. It never
+//     retries: an application on Citus does not, so every error a
+//     statement gets is the workload's error (a failed write).
 //   - Setup creates the tables and distributes them by user_id, colocated:
 //     with shardmover's CreateDistributedTable on compat, with Citus's
 //     create_distributed_table (CitusDistribute) on Citus. Load copies the

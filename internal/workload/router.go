@@ -211,12 +211,13 @@ func (r *Router) pool(ctx context.Context, n metadata.Node) (*pgxpool.Pool, erro
 func IsUndefinedTable(err error) bool { return pgerr.IsUndefinedTable(err) }
 
 // Do runs fn against the placement of value v of table (on Citus: through
-// the coordinator). On undefined_table it refreshes the metadata and
-// retries, up to maxAttempts times in all, backing off a little between
+// the coordinator). On compat, on undefined_table it refreshes the metadata
+// and retries, up to maxAttempts times in all, backing off a little between
 // attempts: a cutover renames the old shard before metadata flips, so a
-// retry may briefly see the old placement. (Citus does not answer 42P01 to
-// a statement on a distributed table during its moves; the retry is kept on
-// both flavors, since an error the server answered committed nothing.)
+// retry may briefly see the old placement (the routing contract, section 7
+// of docs/design.md). On Citus it never retries: Citus routes, and an
+// application on Citus sees every error its statement gets, so the
+// workload does too.
 func (r *Router) Do(ctx context.Context, table string, v any, fn func(ctx context.Context, t Target) error) error {
 	return r.do(ctx, Coordinator, table, v, fn)
 }
@@ -232,7 +233,7 @@ func (r *Router) do(ctx context.Context, entry int, table string, v any, fn func
 			return err
 		}
 		err = fn(ctx, t)
-		if !IsUndefinedTable(err) {
+		if r.citus() || !IsUndefinedTable(err) {
 			return err
 		}
 		r.retries.Add(1)
