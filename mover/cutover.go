@@ -341,6 +341,14 @@ func (r *run) tryCutover(ctx context.Context, m metadata.Move, c cutoverConns) e
 	// the statements Citus planned against the local shard before they
 	// reached the metadata lock. Citus's deferred cleanup drops them.
 	var old, renames []string
+	if c.citus == nil {
+		// The rename needs ACCESS EXCLUSIVE: it waits for the reads of
+		// the old shard in flight, and every read that comes after it
+		// queues behind it. A long read must not stall the others for
+		// more than a moment: past fenceLockWait the attempt rolls back
+		// (the reads go on) and is retried after its backoff.
+		renames = append(renames, fmt.Sprintf("SET LOCAL lock_timeout = '%dms'", min(fenceLockWait, lockWait).Milliseconds()))
+	}
 	for _, t := range tables {
 		if c.citus != nil {
 			old = append(old, metadata.QualifiedName(t))
@@ -351,7 +359,7 @@ func (r *run) tryCutover(ctx context.Context, m metadata.Move, c cutoverConns) e
 		old = append(old, metadata.QualifiedName(pgx.Identifier{t[0], moved}))
 	}
 	if i, err := execEach(beforePrepare, tx.Conn(), renames); err != nil {
-		return pauseErr(ctx, beforePrepare, pauseStart, "fence "+tables[max(i, 0)].Sanitize(), err)
+		return pauseErr(ctx, beforePrepare, pauseStart, "fence "+tables[max(i-1, 0)].Sanitize(), err)
 	}
 	if time.Since(pauseStart) > budget {
 		return fmt.Errorf("%w: %s before prepare", errPauseExceeded, time.Since(pauseStart).Round(time.Millisecond))
@@ -446,6 +454,10 @@ func (r *run) tryCutover(ctx context.Context, m metadata.Move, c cutoverConns) e
 	sp.mark("phase")
 	return err
 }
+
+// fenceLockWait bounds how long the compat fence's rename waits for the
+// reads of the old shard in flight, with every later read queued behind it.
+const fenceLockWait = 100 * time.Millisecond
 
 // execEach is pgsql.ExecEach, with nothing sent for no statements.
 func execEach(ctx context.Context, conn *pgx.Conn, sqls []string) (int, error) {

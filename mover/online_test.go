@@ -336,3 +336,64 @@ func TestCitusLongReadDuringMove(t *testing.T) {
 
 // first is the first of two values.
 func first[A, B any](a A, _ B) A { return a }
+
+// TestCompatLongReadBoundsTheFence: on compat the fence must rename the
+// old shard (clients route themselves and need the 42P01 to re-route), and
+// the rename waits for the reads in flight with every later read queued
+// behind it. A long read of the source's shard (a transaction that read it
+// and stays open) must cost the other reads no more than a moment per
+// attempt: while it is open, short reads of the shard keep answering
+// within the fence's bounded lock wait, the attempts roll back, and once
+// the long read ends the move finishes.
+func TestCompatLongReadBoundsTheFence(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	c := newCluster(t, 4, 50, 400)
+	target := c.newNode(t)
+	shard, group := groupShard(t, c, 0)
+	source := serverOf(t, c, nodeOfGroup(t, c, group))
+	cfg := testConfig(t)
+	cfg.CutoverBackoff = 200 * time.Millisecond
+	cfg.CutoverMaxBackoff = 400 * time.Millisecond
+	m := scheduleMove(t, mover.New(cfg, c.cat), shard, target)
+	table := m.ShardTables[0]
+	ident, err := metadata.ParseQualifiedName(table)
+	require.NoError(t, err)
+
+	long := connectApp(t, source, "test_long_read", false)
+	longTx, err := long.Begin(ctx)
+	require.NoError(t, err)
+	var rows int
+	require.NoError(t, longTx.QueryRow(ctx, "SELECT count(*) FROM "+ident.Sanitize()).Scan(&rows))
+
+	done := make(chan error, 1)
+	go func() { done <- mover.New(cfg, c.cat).Run(ctx, m.ID) }()
+	short := connectApp(t, source, "test_short_read", false)
+	var slowest time.Duration
+	reads := 0
+	for first(rollbacks(t, c, m.ID)) < 3 {
+		start := time.Now()
+		var n int
+		require.NoError(t, short.QueryRow(ctx, "SELECT count(*) FROM "+ident.Sanitize()).Scan(&n), "a short read while the long one is open")
+		slowest = max(slowest, time.Since(start))
+		reads++
+		select {
+		case err := <-done:
+			t.Fatalf("the move ended while the long read held the old shard: %v", err)
+		case <-ctx.Done():
+			t.Fatal("the cutover never rolled back while the long read was open")
+		default:
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Logf("%d short reads during the rolled-back attempts, slowest %s", reads, slowest.Round(time.Millisecond))
+	assert.Less(t, slowest, 300*time.Millisecond, "a short read queued behind the fence's rename must wait at most about its bounded lock wait (100 ms)")
+	require.NoError(t, longTx.Commit(ctx))
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-ctx.Done():
+		t.Fatal("the move never finished after the long read ended")
+	}
+	assertDone(t, c, m.ID)
+}
