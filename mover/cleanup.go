@@ -515,8 +515,35 @@ func (e *Engine) dropOne(ctx context.Context, conns *nodeConns, n metadata.Node,
 		}
 	case metadata.ObjectTable:
 		var id pgx.Identifier
-		if id, err = metadata.ParseQualifiedName(rec.Name); err == nil {
-			_, err = pgsql.ExecOne(ctx, conn, "DROP TABLE IF EXISTS "+id.Sanitize())
+		if id, err = metadata.ParseQualifiedName(rec.Name); err != nil {
+			break
+		}
+		drop := func(ctx context.Context) error {
+			_, err := pgsql.ExecOne(ctx, conn, "DROP TABLE IF EXISTS "+id.Sanitize())
+			return err
+		}
+		shard, isShard := metadata.ShardIDOfTable(id[len(id)-1])
+		if !isShard {
+			// A fenced old shard: its name is ours alone.
+			err = drop(ctx)
+			break
+		}
+		// A shard table is dropped only while no placement points at it,
+		// and on Citus not while Citus moves shards (its move of this
+		// group may be building its own copy under the same name): the
+		// record then stays for the next sweep.
+		var busy string
+		if busy, err = e.cat.CitusBusy(ctx); err == nil && busy != "" {
+			err = fmt.Errorf("not dropped while Citus moves shards (%s); a later `shardmover cleanup` drops it", busy)
+			break
+		}
+		if err == nil {
+			err = e.cat.DropUnlessPlaced(ctx, shard, n.GroupID, drop)
+		}
+		if errors.Is(err, metadata.ErrPlacedThere) {
+			e.log.Error("not dropping a table shardmover created: a placement points at it now (Citus's own mover may have moved the group there); it is Citus's, and shardmover forgets its record",
+				zap.String("table", rec.Name), zap.String("node", n.Addr()), zap.Error(err))
+			return nil
 		}
 	default:
 		return fmt.Errorf("unknown cleanup object type %q", rec.ObjectType)

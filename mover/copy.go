@@ -70,6 +70,12 @@ func (r *run) releaseBoth(src, dst *pgx.Conn, errp *error) {
 func (r *run) setup(ctx context.Context, m metadata.Move) (err error) {
 	sp := newSplits()
 	defer sp.log(r.log, "setup timings")
+	// The catalog side of preflight again: a move resumed after a restart
+	// comes back here without preflight, and on Citus, Citus's own mover
+	// may have moved the group meanwhile.
+	if err := r.e.checkMoveable(ctx, m); err != nil {
+		return err
+	}
 	if err := r.dropArtifacts(ctx, m, metadata.CleanupAlways, metadata.CleanupOnFailure); err != nil {
 		return err
 	}

@@ -130,6 +130,17 @@ func (r *run) cutoverAttempt(ctx context.Context, m metadata.Move) (backoff time
 		return 0, metadata.ErrPhaseConflict // re-read: the move is past its decision
 	}
 	m.CutoverEpoch = st.Epoch
+	// Citus's own mover may have moved the group while this one copied
+	// and caught up: then this move ends (checkOnSource says so). While
+	// Citus moves shards, no cutover: the attempt waits for its backoff.
+	if busy, err := r.e.cat.CitusBusy(ctx); err != nil {
+		return 0, err
+	} else if busy != "" {
+		return r.rolledBack(ctx, m, fmt.Errorf("%w: %s", errCitusBusy, busy))
+	}
+	if err := r.e.checkOnSource(ctx, m, r.source); err != nil {
+		return 0, err
+	}
 	<-connected
 	if err := errors.Join(connErr[:]...); err != nil {
 		return 0, err
@@ -153,16 +164,25 @@ func (r *run) cutoverAttempt(ctx context.Context, m metadata.Move) (backoff time
 	case errors.Is(err, ErrKilled), ctx.Err() != nil:
 		return 0, err
 	case errors.Is(err, errPauseExceeded) || pgerr.IsLockTimeout(err):
-		wait := r.cutoverBackoff
-		r.cutoverBackoff = min(2*r.cutoverBackoff, r.e.cfg.CutoverMaxBackoff)
-		r.log.Warn("cutover rolled back", zap.Error(err), zap.Duration("retry_in", wait))
-		if err := r.changePhase(ctx, m, Cutover, CatchingUp, rolledBack,
-			fmt.Sprintf("cutover rolled back (%v); retry in %s", err, wait), ""); err != nil {
-			return 0, err
-		}
-		return max(wait, time.Nanosecond), nil
+		return r.rolledBack(ctx, m, err)
 	}
 	return 0, err
+}
+
+// errCitusBusy: Citus is moving shards; no cutover until it is done.
+var errCitusBusy = errors.New("Citus is moving shards")
+
+// rolledBack records an attempt that rolled back (or did not begin) for
+// why, and returns the backoff to wait before the next one.
+func (r *run) rolledBack(ctx context.Context, m metadata.Move, why error) (time.Duration, error) {
+	wait := r.cutoverBackoff
+	r.cutoverBackoff = min(2*r.cutoverBackoff, r.e.cfg.CutoverMaxBackoff)
+	r.log.Warn("cutover rolled back", zap.Error(why), zap.Duration("retry_in", wait))
+	if err := r.changePhase(ctx, m, Cutover, CatchingUp, rolledBack,
+		fmt.Sprintf("cutover rolled back (%v); retry in %s", why, wait), ""); err != nil {
+		return 0, err
+	}
+	return max(wait, time.Nanosecond), nil
 }
 
 // pauseErr reports err from the step what of a cutover attempt: when the

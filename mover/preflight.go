@@ -79,9 +79,31 @@ func (e *Engine) checkMoveable(ctx context.Context, m metadata.Move) error {
 	case !dst.ShouldHaveShards:
 		return invalidf("target %s has shouldhaveshards = false; it may not receive shards", dst.Addr())
 	}
+	return e.checkOnSource(ctx, m, src)
+}
+
+// checkOnSource checks that every shard of m's group is still placed on
+// its source, src, and only there. Run by preflight, and again at the
+// start of setup (a resumed move goes back to setup without preflight)
+// and before every cutover attempt: on Citus, Citus's own mover may have
+// moved the group meanwhile (nothing a client can take makes it wait),
+// and then this move must end without touching what Citus built.
+func (e *Engine) checkOnSource(ctx context.Context, m metadata.Move, src metadata.Node) error {
 	placed, err := e.cat.PlacementGroupsOf(ctx, m.ShardIDs)
 	if err != nil {
 		return err
+	}
+	nodes := map[int32]metadata.Node{}
+	if e.cat.Flavor() == metadata.Citus {
+		if nodes, err = e.nodes(ctx); err != nil {
+			return err
+		}
+	}
+	where := func(g int32) string {
+		if n, ok := nodes[g]; ok {
+			return n.Addr()
+		}
+		return fmt.Sprintf("node group %d", g)
 	}
 	for _, id := range m.ShardIDs {
 		groups := placed[id]
@@ -90,6 +112,8 @@ func (e *Engine) checkMoveable(ctx context.Context, m metadata.Move) error {
 			return invalidf("shard %d has no placement", id)
 		case len(groups) > 1:
 			return invalidf("shard %d has placements on groups %v; shardmover moves shards with exactly one placement", id, groups)
+		case groups[0] != m.SourceGroup && e.cat.Flavor() == metadata.Citus:
+			return invalidf("shard %d is now on %s, not on the move's source %s: Citus's own mover (or an operator) moved the group while move %d ran; move %d ends, and shardmover drops nothing a placement points at", id, where(groups[0]), src.Addr(), m.ID, m.ID)
 		case groups[0] != m.SourceGroup:
 			return invalidf("shard %d is on group %d, not on the move's source %s", id, groups[0], src.Addr())
 		}

@@ -55,6 +55,7 @@ type ClusterReader interface {
 	Nodes(ctx context.Context) ([]metadata.Node, error)
 	Snapshot(ctx context.Context, opts metadata.SnapshotOptions) (*metadata.Cluster, error)
 	PlacementGroupsOf(ctx context.Context, ids []int64) (map[int64][]int32, error)
+	DropUnlessPlaced(ctx context.Context, shard int64, group int32, drop func(context.Context) error) error
 	NodeSettings(host string, port int) metadata.ConnSettings
 	ConnectNode(ctx context.Context, host string, port int) (*pgx.Conn, error)
 
