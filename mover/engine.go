@@ -133,6 +133,9 @@ type Engine struct {
 	// shared with the engine's copies.
 	sessions *sessionPool
 	disk     *diskCache
+	// sweepRead, when set (tests), runs in Sweep right after its first
+	// read of the journal.
+	sweepRead func()
 }
 
 // New returns an engine on the coordinator's catalog (a *metadata.Catalog,

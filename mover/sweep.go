@@ -64,7 +64,29 @@ func (e *Engine) Sweep(ctx context.Context, opts SweepOptions) (SweepReport, err
 	for _, m := range moves {
 		byID[m.ID] = m
 	}
-	live := func(id int64) bool { m, ok := byID[id]; return ok && !m.Terminal() }
+	if e.sweepRead != nil {
+		e.sweepRead()
+	}
+	// A move may start while the sweep runs: its journal row and cleanup
+	// records are written before its artifacts are created, so an
+	// artifact or record whose move this early read does not know (or
+	// knows as finished) is judged by the journal as it is now, read just
+	// before the drop. Any doubt keeps it.
+	live := func(id int64) bool {
+		if m, ok := byID[id]; ok && !m.Terminal() {
+			return true
+		}
+		m, err := e.cat.Move(ctx, id)
+		switch {
+		case errors.Is(err, metadata.ErrNotFound):
+			return false
+		case err != nil:
+			e.log.Warn("cleanup cannot read a move's row; it keeps the move's artifacts", zap.Int64("move_id", id), zap.Error(err))
+			return true
+		}
+		byID[id] = m
+		return !m.Terminal()
+	}
 
 	recs, err := e.cat.Cleanups(ctx, 0)
 	if err != nil {

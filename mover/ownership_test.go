@@ -129,3 +129,53 @@ func TestCitusMovesTheGroupFirst(t *testing.T) {
 		check(t, m, g, "failed")
 	})
 }
+
+// TestSweepSparesAMoveStartedMeanwhile: `shardmover cleanup` (and the
+// daemon's sweep, every minute) reads the journal, then looks for
+// shardmover_<id> artifacts no unfinished move owns. A move created after
+// that read, with its slot and publication already made, must keep them:
+// the sweep judges every artifact by the journal as it is just before the
+// drop. (It judged by its first read, took the new move's slot,
+// publication and cleanup records for orphans, and the move failed with
+// `slot "shardmover_4" does not exist`.)
+func TestSweepSparesAMoveStartedMeanwhile(t *testing.T) {
+	ctx := context.Background()
+	c := newCluster(t, 4, 50, 400)
+	target := c.newNode(t)
+	shard, group := groupShard(t, c, 0)
+	source := nodeOfGroup(t, c, group)
+
+	var m metadata.Move
+	sweeper := mover.New(testConfig(t), c.cat)
+	mover.SetSweepRead(sweeper, func() {
+		// A move starts now and stops in copying, its artifacts made.
+		cfg := testConfig(t)
+		cfg.AfterPhase = func(_ int64, p mover.Phase) error {
+			if p == mover.Setup {
+				return errors.New("kill")
+			}
+			return nil
+		}
+		m = scheduleMove(t, mover.New(cfg, c.cat), shard, target)
+		require.ErrorIs(t, mover.New(cfg, c.cat).Run(ctx, m.ID), mover.ErrKilled)
+	})
+	rep, err := sweeper.Sweep(ctx, mover.SweepOptions{})
+	require.NoError(t, err)
+	require.NotZero(t, m.ID, "the move started during the sweep")
+	for _, it := range rep.Dropped {
+		assert.NotContains(t, it.Name, m.Name(), "the sweep dropped %s %s of move %d, which was running (%s)", it.Object, it.Name, m.ID, it.Why)
+	}
+	conn, err := c.cat.ConnectNode(ctx, source.Host, source.Port)
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	var slots int
+	require.NoError(t, conn.QueryRow(ctx, "SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1", m.Name()).Scan(&slots))
+	assert.Equal(t, 1, slots, "the move's slot survives the sweep")
+	recs, err := c.cat.Cleanups(ctx, m.ID)
+	require.NoError(t, err)
+	assert.NotEmpty(t, recs, "the move's cleanup records survive the sweep")
+
+	// The move resumes and finishes.
+	require.NoError(t, mover.New(testConfig(t), c.cat).Run(ctx, m.ID))
+	assertDone(t, c, m.ID)
+}
