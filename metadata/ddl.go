@@ -32,11 +32,14 @@ import (
 // role and grants the same privileges (PrivilegeStatements); Diff ignores
 // them, as they are set again rather than compared.
 //
-// Not copied: foreign keys (a shard's referenced rows live on other nodes),
-// triggers, policies, storage parameters of the table, tablespaces,
-// invalid indexes (a failed CREATE INDEX CONCURRENTLY), and column defaults
-// that read a sequence (nextval: the sequence lives on the coordinator
-// only). Only ordinary tables are read; anything else is refused.
+// Also read (objects.go): the access method and storage parameters, the
+// comment, row-level security and its policies, triggers, foreign keys and
+// extended statistics; a table with rules is refused.
+//
+// Not copied: tablespaces, column comments, invalid indexes (a failed
+// CREATE INDEX CONCURRENTLY), and column defaults that read a sequence
+// (nextval: the sequence lives on the coordinator only). Only ordinary
+// tables are read; anything else is refused.
 type TableDDL struct {
 	Columns     []ColumnDef
 	Constraints []ConstraintDef
@@ -48,6 +51,18 @@ type TableDDL struct {
 	// ACL reads as its default: the owner's own privileges) and every
 	// column privilege, in a fixed order.
 	Grants []Grant
+
+	// The table's other objects (objects.go).
+	AccessMethod string   // pg_am.amname
+	Options      []string // storage parameters, name=value; the toast table's as toast.name=value
+	// RowSecurity and ForceRowSecurity are relrowsecurity and
+	// relforcerowsecurity.
+	RowSecurity, ForceRowSecurity bool
+	Comment                       string
+	Policies                      []PolicyDef
+	Triggers                      []TriggerDef
+	ForeignKeys                   []ForeignKeyDef
+	Statistics                    []StatisticDef
 }
 
 // ColumnDef is one column, in attnum order (dropped columns left out).
@@ -296,6 +311,9 @@ func ReadTablesDDL(ctx context.Context, conn interface {
 			WHERE k.conindid = i.indexrelid AND k.conrelid = i.indrelid AND k.contype IN ('p', 'u', 'x'))
 		ORDER BY t.i, ic.relname`, schemas, names)
 	b.Queue(tablesGrantsSQL, schemas, names)
+	for _, q := range objectsSQLs {
+		b.Queue(q, schemas, names)
+	}
 	b.Queue(`SELECT pg_catalog.set_config('search_path', pg_catalog.current_setting('shardmover.saved_search_path'), false),
 		pg_catalog.set_config('plan_cache_mode', pg_catalog.current_setting('shardmover.saved_plan_cache_mode'), false)`)
 
@@ -466,6 +484,9 @@ func ReadTablesDDL(ctx context.Context, conn interface {
 		if err := rows.Err(); err != nil {
 			return fmt.Errorf("read privileges: %w", err)
 		}
+		if err := readObjects(res, out, at, fail, displays); err != nil {
+			return err
+		}
 		if _, err := res.Exec(); err != nil {
 			return err
 		}
@@ -520,7 +541,7 @@ func (d TableDDL) CreateStatement(target pgx.Identifier, suffix string, p Purpos
 		}
 		parts = append(parts, "CONSTRAINT "+quoteIdent(suffixed(c.Name, suffix))+" "+c.Def)
 	}
-	return "CREATE TABLE IF NOT EXISTS " + target.Sanitize() + " (\n\t" + strings.Join(parts, ",\n\t") + "\n)"
+	return "CREATE TABLE IF NOT EXISTS " + target.Sanitize() + " (\n\t" + strings.Join(parts, ",\n\t") + "\n)" + d.tableOptions()
 }
 
 func (c ColumnDef) render(p Purpose) string {
@@ -695,7 +716,7 @@ func (d TableDDL) Diff(other TableDDL) string {
 	if d.Replica != other.Replica {
 		return fmt.Sprintf("replica identity is %s on the source and %s on the target", d.Replica, other.Replica)
 	}
-	return ""
+	return d.diffObjects(other)
 }
 
 func (c ColumnDef) diff(o ColumnDef) string {

@@ -58,6 +58,10 @@ func (r *run) cleanup(ctx context.Context, m metadata.Move) error {
 		return err
 	}
 	sp.mark("identity")
+	if err := r.finishObjects(ctx, m); err != nil {
+		return err
+	}
+	sp.mark("objects")
 	if err := r.dropArtifacts(ctx, m, metadata.CleanupAlways); err != nil {
 		return err
 	}

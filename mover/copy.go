@@ -197,6 +197,18 @@ func (r *run) createTargetTables(ctx context.Context, dst *pgx.Conn, tables []pg
 			return fmt.Errorf("create %s on %s: %w", t.Sanitize(), r.target.Addr(), err)
 		}
 	}
+	// Statistics, comments, policies and triggers (disabled) before the
+	// data, once every table of the group exists; the rest of what makes
+	// them the same tables comes at the cutover (metadata/objects.go).
+	for i, t := range tables {
+		stmts, err := ddls[i].ObjectStatements(t, t)
+		if err != nil {
+			return permanent(err)
+		}
+		if err := metadata.RunDDL(ctx, dst, stmts...); err != nil {
+			return fmt.Errorf("create the statistics, policies and triggers of %s on %s: %w", t.Sanitize(), r.target.Addr(), err)
+		}
+	}
 	haves, err := metadata.ReadTablesPrivileges(ctx, dst, tables)
 	if err != nil {
 		return err

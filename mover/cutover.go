@@ -536,6 +536,7 @@ func (r *run) compareDefinitions(ctx context.Context, m metadata.Move, tx, dtx p
 	// Both sides are read at once (two sessions), each in one batch for
 	// the whole group: this runs inside the write pause.
 	tables := shardIdents(m)
+	r.validate = nil
 	var got []metadata.TableDDL
 	tgtErr := make(chan error, 1)
 	go func() {
@@ -560,7 +561,12 @@ func (r *run) compareDefinitions(ctx context.Context, m metadata.Move, tx, dtx p
 		}
 		// Owner and privileges changed on the source during the move are
 		// set again (they are not compared: nothing is lost by a change).
-		for _, stmt := range append(want[i].PrivilegeStatements(t, got[i]), want[i].FinishStatements(t)...) {
+		// Then the triggers' states, row-level security and the foreign
+		// keys as the source has them now (metadata/objects.go).
+		stmts := append(want[i].PrivilegeStatements(t, got[i]), want[i].FinishStatements(t)...)
+		stmts = append(stmts, want[i].CutoverStatements(t, sameTable, nil)...)
+		r.validate = append(r.validate, want[i].ValidateStatements(t)...)
+		for _, stmt := range stmts {
 			if _, err := pgsql.ExecOne(ctx, dtx.Conn(), stmt); err != nil {
 				return fmt.Errorf("finish identity columns and privileges of %s on the target: %w", t.Sanitize(), err)
 			}

@@ -49,6 +49,10 @@ type run struct {
 	// committed decision; cleanup carries over what the source took before
 	// it drops the slot.
 	carryOverDue bool
+	// validate are the statements that validate, after the cutover, the
+	// foreign keys it added NOT VALID (set by the cutover that committed;
+	// empty after a restart, when cleanup reads them again).
+	validate []string
 
 	// The stream, as the last readStream found it: the moves it carries
 	// besides the run's own (riders, in id order), the move each of the
