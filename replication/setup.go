@@ -54,34 +54,42 @@ func CheckReplicaIdentity(ctx context.Context, db DB, tables []pgx.Identifier) e
 		names[i] = t.Sanitize()
 	}
 	type ident struct {
-		kind               string
-		hasPK, hasIdentIdx bool
+		kind                             string
+		hasPK, hasIdentIdx, deferrablePK bool
 	}
 	found := make(map[int32]ident, len(tables))
 	// db may be a pgx.Tx or a pool: rows are read through one statement
 	// that returns them all as arrays, so QueryRow serves every kind.
+	// PostgreSQL never takes a deferrable index (indimmediate false) for
+	// the replica identity: with a deferrable primary key and REPLICA
+	// IDENTITY DEFAULT, every UPDATE and DELETE of the table fails once it
+	// is published.
 	var pos []int32
 	var kinds []string
-	var pks, idxs []bool
+	var pks, idxs, deferrable []bool
 	err := db.QueryRow(ctx, `
 		SELECT coalesce(array_agg(u.i::int ORDER BY u.i), '{}'), coalesce(array_agg(c.relreplident::text ORDER BY u.i), '{}'),
-		       coalesce(array_agg(EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid AND i.indisprimary AND i.indisvalid) ORDER BY u.i), '{}'),
-		       coalesce(array_agg(EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid AND i.indisreplident AND i.indisvalid) ORDER BY u.i), '{}')
+		       coalesce(array_agg(EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid AND i.indisprimary AND i.indisvalid AND i.indimmediate) ORDER BY u.i), '{}'),
+		       coalesce(array_agg(EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid AND i.indisreplident AND i.indisvalid AND i.indimmediate) ORDER BY u.i), '{}'),
+		       coalesce(array_agg(EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid AND i.indisprimary AND NOT i.indimmediate) ORDER BY u.i), '{}')
 		FROM unnest($1::text[]) WITH ORDINALITY AS u(name, i)
-		JOIN pg_class c ON c.oid = to_regclass(u.name)`, names).Scan(&pos, &kinds, &pks, &idxs)
+		JOIN pg_class c ON c.oid = to_regclass(u.name)`, names).Scan(&pos, &kinds, &pks, &idxs, &deferrable)
 	if err != nil {
 		return fmt.Errorf("check replica identity of %s: %w", strings.Join(names, ", "), err)
 	}
-	if len(kinds) != len(pos) || len(pks) != len(pos) || len(idxs) != len(pos) {
+	if len(kinds) != len(pos) || len(pks) != len(pos) || len(idxs) != len(pos) || len(deferrable) != len(pos) {
 		return fmt.Errorf("check replica identity of %s: the catalog query returned arrays of different lengths", strings.Join(names, ", "))
 	}
 	for k, i := range pos {
-		found[i] = ident{kinds[k], pks[k], idxs[k]}
+		found[i] = ident{kinds[k], pks[k], idxs[k], deferrable[k]}
 	}
 	for i, name := range names {
 		id, ok := found[int32(i+1)]
 		if !ok {
 			return permanent(fmt.Errorf("table %s does not exist on the source: check the table name and schema", name))
+		}
+		if id.kind == "d" && id.deferrablePK {
+			return permanent(fmt.Errorf("%w: the primary key of table %s is DEFERRABLE, and PostgreSQL never uses a deferrable key as the replica identity, so while it moved every UPDATE and DELETE of the table would fail: make the key NOT DEFERRABLE, or run ALTER TABLE %s REPLICA IDENTITY FULL", ErrNoReplicaIdentity, name, name))
 		}
 		if !(id.kind == "f" || (id.kind == "d" && id.hasPK) || (id.kind == "i" && id.hasIdentIdx)) {
 			return permanent(fmt.Errorf("%w: table %s has neither a primary key nor REPLICA IDENTITY FULL, so its updates and deletes cannot be replicated: add a primary key, or run ALTER TABLE %s REPLICA IDENTITY FULL", ErrNoReplicaIdentity, name, name))

@@ -514,3 +514,31 @@ func TestBadNamesAreRejected(t *testing.T) {
 	assert.NotContains(t, err.Error(), "s3cret")
 	assert.False(t, errors.Is(err, replication.ErrBadName))
 }
+
+// TestPreflightRefusesADeferrablePrimaryKey: PostgreSQL never uses a
+// deferrable key as the replica identity, so a table whose only key is a
+// DEFERRABLE primary key (REPLICA IDENTITY DEFAULT) cannot have its
+// updates and deletes published: once the move's publication exists,
+// every UPDATE of it fails. The preflight refuses it with a sentence
+// (it passed, and the application's updates failed for the whole move);
+// with REPLICA IDENTITY FULL it is accepted.
+func TestPreflightRefusesADeferrablePrimaryKey(t *testing.T) {
+	e := newEnv(t)
+	e.exec(e.src, `CREATE TABLE deferred (id int PRIMARY KEY DEFERRABLE INITIALLY IMMEDIATE, v int);
+		INSERT INTO deferred VALUES (1, 1);
+		CREATE TABLE deferred_full (id int PRIMARY KEY DEFERRABLE, v int);
+		ALTER TABLE deferred_full REPLICA IDENTITY FULL`)
+	ctx := context.Background()
+	err := replication.CheckReplicaIdentity(ctx, e.src, []pgx.Identifier{{"public", "deferred"}})
+	require.Error(t, err)
+	assert.ErrorIs(t, err, replication.ErrNoReplicaIdentity)
+	assert.ErrorIs(t, err, replication.ErrPermanent)
+	assert.Contains(t, err.Error(), `the primary key of table "public"."deferred" is DEFERRABLE`)
+	require.NoError(t, replication.CheckReplicaIdentity(ctx, e.src, []pgx.Identifier{{"public", "deferred_full"}}))
+
+	// Why: published, the table takes no UPDATE.
+	e.exec(e.src, `CREATE PUBLICATION deferred_pub FOR TABLE deferred`)
+	_, uerr := e.src.Exec(ctx, `UPDATE deferred SET v = 2 WHERE id = 1`)
+	require.Error(t, uerr, "PostgreSQL refuses updates of a published table whose only key is deferrable")
+	assert.Contains(t, uerr.Error(), "replica identity")
+}
