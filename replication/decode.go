@@ -441,7 +441,14 @@ func (s *stmt) sql() string {
 		case c.textEq:
 			return c.quoted + "::text IS NOT DISTINCT FROM " + ph(i)
 		default:
-			return c.quoted + " IS NOT DISTINCT FROM " + ph(i)
+			// Equal is not enough: 5.0 = 5.00, yet they are two rows. The
+			// binary image (record_image_eq, the function of the record
+			// image operator *=; NULL fields equal) is what tells them
+			// apart; the plain comparison stays for an index to find the
+			// candidates. (Written as an operator between two ROW(...),
+			// the parser would compare the fields with *= one by one,
+			// which no type has.)
+			return c.quoted + " IS NOT DISTINCT FROM " + ph(i) + " AND pg_catalog.record_image_eq(ROW(" + c.quoted + "), ROW(" + ph(i) + "))"
 		}
 	})
 	if r.identity == 'f' {

@@ -542,3 +542,31 @@ func TestPreflightRefusesADeferrablePrimaryKey(t *testing.T) {
 	require.Error(t, uerr, "PostgreSQL refuses updates of a published table whose only key is deferrable")
 	assert.Contains(t, uerr.Error(), "replica identity")
 }
+
+// TestReplicaIdentityFullMatchesTheExactRow: with REPLICA IDENTITY FULL,
+// rows that are equal under = but not the same value (5.0 and 5.00, 0 and
+// -0 as float) are different rows: an UPDATE or DELETE of one on the
+// source must change that one on the target, never the other. (The
+// lookup compared with =, and the UPDATE of 5.00 changed the row 5.0.)
+func TestReplicaIdentityFullMatchesTheExactRow(t *testing.T) {
+	e := newEnv(t)
+	e.both(`CREATE TABLE exact (n numeric, f float8, tag text); ALTER TABLE exact REPLICA IDENTITY FULL`)
+	// Pairs equal in every column under =, told apart only by the value's
+	// exact form.
+	e.exec(e.src, `INSERT INTO exact VALUES (5.0, 0, 'a'), (5.00, 0, 'a'), (7, 0::float8, 'c'), (7, '-0'::float8, 'c')`)
+	table := pgx.Identifier{"public", "exact"}
+	start := e.setup("shardmover_exact", []pgx.Identifier{table}, nil)
+	r := e.run(e.streamConfig("shardmover_exact", start))
+	for _, sql := range []string{
+		// The second row's tag, found by its exact value on the source.
+		`UPDATE exact SET tag = 'b' WHERE n::text = '5.00'`,
+		`DELETE FROM exact WHERE f::text = '-0'`,
+	} {
+		e.exec(e.src, sql)
+	}
+	e.catchUp(r)
+	var got string
+	e.scalar(e.tgt, `SELECT string_agg(n::text || '/' || f::text || '/' || tag, ' ' ORDER BY tag) FROM exact`, &got)
+	assert.Equal(t, "5.0/0/a 5.00/0/b 7/0/c", got, "each change reached the row it was made to")
+	require.NoError(t, r.stop())
+}
