@@ -170,13 +170,38 @@ func (c *Catalog) ConnectNode(ctx context.Context, host string, port int) (*pgx.
 // unreachable words a connection failure without the connection string.
 func unreachable(what, host string, port uint16, err error) error {
 	addr := net.JoinHostPort(host, strconv.Itoa(int(port)))
+	reason, answered := connectFailure(err)
+	if answered {
+		// Also a failed password (28P01): the server answered.
+		return &unreachableError{reason: reason,
+			msg: fmt.Sprintf("%v: %s %s refused the connection: %s", ErrUnreachable, what, addr, reason)}
+	}
+	hint := "check that it is running and that --coordinator points to it"
+	if what != "coordinator" {
+		hint = "check that it is running and reachable from here"
+	}
+	return &unreachableError{reason: reason,
+		msg: fmt.Sprintf("%v: cannot reach the %s at %s (%s); %s", ErrUnreachable, what, addr, reason, hint)}
+}
+
+// unreachableError is a server that could not be connected to: it matches
+// ErrUnreachable, and keeps in a few words why (connectFailure) for
+// messages that name many servers at once.
+type unreachableError struct{ msg, reason string }
+
+func (e *unreachableError) Error() string        { return e.msg }
+func (e *unreachableError) Is(target error) bool { return target == ErrUnreachable }
+
+// connectFailure says in a few words why a connection failed, never with
+// the connection string: the server's refusal with its SQLSTATE when one
+// answered (a failed password among them, answered is then true), else
+// why by the error's type, never by its text.
+func connectFailure(err error) (reason string, answered bool) {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
-		// Also a failed password (28P01): the server answered.
-		return fmt.Errorf("%w: %s %s refused the connection: %s (SQLSTATE %s)", ErrUnreachable, what, addr, pgErr.Message, pgErr.Code)
+		return fmt.Sprintf("%s (SQLSTATE %s)", pgErr.Message, pgErr.Code), true
 	}
-	// No server error: say why by the error's type, never by its text.
-	reason := "no server answered"
+	reason = "no server answered"
 	var ne net.Error
 	var dnsErr *net.DNSError
 	switch {
@@ -187,11 +212,18 @@ func unreachable(what, host string, port uint16, err error) error {
 	case errors.As(err, &dnsErr) && dnsErr.IsNotFound:
 		reason = "unknown host"
 	}
-	hint := "check that it is running and that --coordinator points to it"
-	if what != "coordinator" {
-		hint = "check that it is running and reachable from here"
+	return reason, false
+}
+
+// failureReason is why err happened in a few words, for a message that
+// names a node next to it: an unreachable node's reason (connectFailure),
+// else the error's text.
+func failureReason(err error) string {
+	var u *unreachableError
+	if errors.As(err, &u) {
+		return u.reason
 	}
-	return fmt.Errorf("%w: cannot reach the %s at %s (%s); %s", ErrUnreachable, what, addr, reason, hint)
+	return err.Error()
 }
 
 // redact keeps the first clause of a parse error, which names the problem but

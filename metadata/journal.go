@@ -270,12 +270,19 @@ type CleanupRecord struct {
 	CreatedAt  time.Time  `json:"created_at"`
 }
 
-// InstallJournal creates the journal schema (idempotent).
+// InstallJournal creates the journal schema (idempotent). It refuses a
+// database that is not a cluster (ErrNotCluster), creating nothing.
 //
 // On Citus the journal stays on the coordinator: its DDL is not propagated
 // (Citus would send CREATE SCHEMA to every metadata node, and refuses to
 // while one of them is out of sync).
 func (c *Catalog) InstallJournal(ctx context.Context) (err error) {
+	// Only a cluster gets the journal: pointed at any other database, a
+	// command refuses there having created nothing (RequireCluster). A
+	// compat cluster is made by Install, which installs the journal too.
+	if err := c.requireInstalled(ctx); err != nil {
+		return err
+	}
 	want := map[string]string{partJournal: journalVersion}
 	if c.installedAlready(ctx, want) {
 		return nil

@@ -2,6 +2,7 @@ package metadata
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -115,15 +116,39 @@ func (c *Catalog) Install(ctx context.Context) (err error) {
 	})
 }
 
-// Installed reports whether the catalogs exist.
+// Installed reports whether the catalogs exist. It reads pg_class, which
+// every role may: whether the role may use the catalogs is another matter,
+// answered where they are read.
 func (c *Catalog) Installed(ctx context.Context) (bool, error) {
 	if c.flavor == Citus {
 		return true, nil
 	}
 	var ok bool
-	err := c.pool.QueryRow(ctx, "SELECT to_regclass('shardmover_catalog.pg_dist_node') IS NOT NULL").Scan(&ok)
+	err := c.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_class c
+		JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+		WHERE n.nspname = $1 AND c.relname = 'pg_dist_node')`, compatSchema).Scan(&ok)
 	return ok, err
 }
+
+// ErrNotCluster marks a database that is not a cluster's coordinator: it
+// has neither the citus extension nor shardmover's compat catalogs. Such
+// an error also matches ErrInvalid (nothing was changed).
+var ErrNotCluster = errors.New("not a cluster")
+
+type notClusterError struct{ msg string }
+
+func (e *notClusterError) Error() string { return e.msg }
+func (e *notClusterError) Is(target error) bool {
+	return target == ErrNotCluster || target == ErrInvalid
+}
+
+// RequireCluster refuses, with ErrNotCluster and one sentence, a database
+// that is not a cluster's coordinator: neither Citus (the extension) nor
+// compat (shardmover_catalog installed). Every command but the ones that
+// make a compat cluster (Install, through AddNode) checks it before it
+// creates anything, so pointing shardmover at the wrong database creates
+// nothing there.
+func (c *Catalog) RequireCluster(ctx context.Context) error { return c.requireInstalled(ctx) }
 
 // requireInstalled turns a missing catalog into one clear sentence.
 func (c *Catalog) requireInstalled(ctx context.Context) error {
@@ -132,7 +157,7 @@ func (c *Catalog) requireInstalled(ctx context.Context) error {
 		return err
 	}
 	if !ok {
-		return invalidf("the coordinator %s has no shardmover catalogs; register a worker with `shardmover node add host:port` (which installs them) first", c.CoordinatorAddr())
+		return &notClusterError{msg: fmt.Sprintf("%s is not a cluster's coordinator: it has no citus extension and no shardmover catalogs (schema %s); point --coordinator at a coordinator, or make this database a compat coordinator by registering a worker with `shardmover node add host:port`", c.CoordinatorAddr(), compatSchema)}
 	}
 	return nil
 }

@@ -17,10 +17,38 @@ type SnapshotOptions struct {
 }
 
 // Snapshot reads a consistent view of the catalogs (one REPEATABLE READ
-// transaction), then measures shard-group sizes on each node.
+// transaction), then measures shard-group sizes on each node. What could
+// not be measured is in the groups' SizeKnown and the warnings;
+// MeasuredSnapshot also names the nodes.
 func (c *Catalog) Snapshot(ctx context.Context, opts SnapshotOptions) (*Cluster, error) {
+	cl, _, err := c.MeasuredSnapshot(ctx, opts)
+	return cl, err
+}
+
+// Unmeasured is a node a snapshot could not measure: a planner that
+// counted on it would guess (its groups' sizes read as 0, and a move to or
+// from it could not run).
+type Unmeasured struct {
+	Node Node
+	// Reason says why in a few words, without the connection string:
+	// "connection refused", or the server's refusal such as `password
+	// authentication failed for user "x" (SQLSTATE 28P01)`.
+	Reason string
+}
+
+// MeasuredSnapshot is Snapshot, and the nodes it could not measure, in
+// node group order (none with SkipSizes). Every active primary node that
+// holds shard groups or may hold them (shouldhaveshards, not the
+// coordinator) is measured or, where Citus measured its shards, connected
+// to once: a node shardmover cannot connect to with its node settings
+// (stopped, or refused by --node-conninfo's credentials) is unmeasured
+// even when Citus could read its sizes, since no move could run to or
+// from it. An inactive node is never unmeasured (its sizes are measured
+// when it holds groups, and a failure there is only a warning): nothing
+// moves to or from it anyway.
+func (c *Catalog) MeasuredSnapshot(ctx context.Context, opts SnapshotOptions) (*Cluster, []Unmeasured, error) {
 	if err := c.requireInstalled(ctx); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	cl := &Cluster{Flavor: c.flavor}
 	err := pgx.BeginTxFunc(ctx, c.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
@@ -41,13 +69,13 @@ func (c *Catalog) Snapshot(ctx context.Context, opts SnapshotOptions) (*Cluster,
 		return err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("read catalogs: %w", err)
+		return nil, nil, fmt.Errorf("read catalogs: %w", err)
 	}
 	cl.buildGroups()
-	if !opts.SkipSizes {
-		c.measure(ctx, cl)
+	if opts.SkipSizes {
+		return cl, nil, nil
 	}
-	return cl, nil
+	return cl, c.measure(ctx, cl), nil
 }
 
 type querier interface {
@@ -273,26 +301,42 @@ func (cl *Cluster) buildGroups() {
 }
 
 // measure fills ShardGroup.Bytes with pg_total_relation_size of every shard
-// of the group, measured on the node holding it. A node that cannot be
-// reached leaves its groups with SizeKnown = false and adds a warning. On
-// Citus the sizes are Citus's own (citus_shard_sizes() on the coordinator,
-// what citus_shards shows and Citus's rebalancer weighs); when that call
-// fails, each node is measured as on compat.
-func (c *Catalog) measure(ctx context.Context, cl *Cluster) {
+// of the group, measured on the node holding it, and returns the nodes it
+// could not measure (see MeasuredSnapshot). A node that cannot be reached
+// leaves its groups with SizeKnown = false and adds a warning. On Citus the
+// sizes are Citus's own (citus_shard_sizes() on the coordinator, what
+// citus_shards shows and Citus's rebalancer weighs). That function skips a
+// worker it cannot reach with no more than a WARNING, so a group with a
+// shard missing from its answer is measured on its node as on compat, as
+// is every group when the call fails.
+func (c *Catalog) measure(ctx context.Context, cl *Cluster) []Unmeasured {
+	contacted := map[int32]bool{} // node groups shardmover connected to
+	var out []Unmeasured
+	fail := func(node Node, warning string, err error) {
+		cl.Warnings = append(cl.Warnings, fmt.Sprintf(warning, node.Addr(), err))
+		if node.IsActive {
+			out = append(out, Unmeasured{Node: node, Reason: failureReason(err)})
+		}
+		contacted[node.GroupID] = true
+	}
 	if c.flavor == Citus {
 		sizes, err := c.citusShardSizes(ctx)
-		if err == nil {
-			for i := range cl.Groups {
-				g := &cl.Groups[i]
-				g.Bytes = 0
-				for _, id := range g.ShardIDs {
-					g.Bytes += sizes[id]
-				}
-				g.SizeKnown = true
-			}
-			return
+		if err != nil {
+			c.log.Debug("citus_shard_sizes() failed; measuring each node", zap.Error(err))
 		}
-		c.log.Debug("citus_shard_sizes() failed; measuring each node", zap.Error(err))
+		for i := range cl.Groups {
+			g := &cl.Groups[i]
+			var bytes int64
+			known := err == nil
+			for _, id := range g.ShardIDs {
+				size, ok := sizes[id]
+				known = known && ok
+				bytes += size
+			}
+			if known {
+				g.Bytes, g.SizeKnown = bytes, true
+			}
+		}
 	}
 	shardByID := make(map[int64]Shard, len(cl.Shards))
 	for _, s := range cl.Shards {
@@ -301,6 +345,9 @@ func (c *Catalog) measure(ctx context.Context, cl *Cluster) {
 	byGroup := map[int32][]int{}
 	var nodeGroups []int32
 	for i, g := range cl.Groups {
+		if g.SizeKnown {
+			continue
+		}
 		if _, ok := byGroup[g.GroupID]; !ok {
 			nodeGroups = append(nodeGroups, g.GroupID)
 		}
@@ -315,9 +362,10 @@ func (c *Catalog) measure(ctx context.Context, cl *Cluster) {
 		}
 		sizes, err := c.shardSizes(ctx, node, byGroup[gid], cl, shardByID)
 		if err != nil {
-			cl.Warnings = append(cl.Warnings, fmt.Sprintf("sizes on %s unknown: %v", node.Addr(), err))
+			fail(node, "sizes on %s unknown: %v", err)
 			continue
 		}
+		contacted[gid] = true
 		for _, i := range byGroup[gid] {
 			g := &cl.Groups[i]
 			g.Bytes = 0
@@ -327,6 +375,27 @@ func (c *Catalog) measure(ctx context.Context, cl *Cluster) {
 			g.SizeKnown = true
 		}
 	}
+	// Every other node a plan may move groups to or from: connected to
+	// once, so that a plan never counts on a node no move could reach.
+	holds := map[int32]bool{}
+	for _, g := range cl.Groups {
+		holds[g.GroupID] = true
+	}
+	for _, n := range cl.Nodes {
+		planned := holds[n.GroupID] || (n.ShouldHaveShards && !n.IsCoordinator())
+		if contacted[n.GroupID] || !planned || !n.IsActive || (n.Role != "primary" && n.Role != "") {
+			continue
+		}
+		contacted[n.GroupID] = true
+		conn, err := c.ConnectNode(ctx, n.Host, n.Port)
+		if err != nil {
+			fail(n, "%s could not be measured: %v", err)
+			continue
+		}
+		_ = conn.Close(ctx)
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].Node.GroupID < out[j].Node.GroupID })
+	return out
 }
 
 // citusShardSizes reads citus_shard_sizes(), keeping the largest size of

@@ -237,7 +237,19 @@ func (d *Daemon) checkEvery() time.Duration { return min(d.cfg.Poll, time.Second
 // stops the leader's loops, reports leader 0 and competes again. It blocks
 // until ctx is done, then stops cleanly: moves before their cutover
 // decision stop where they are (resumable), a cutover in progress finishes.
+//
+// A coordinator that is not a cluster's (neither Citus nor compat
+// catalogs) is refused at once (metadata.ErrNotCluster), before anything is
+// served or created there; a coordinator that cannot be reached is not,
+// and the daemon keeps trying it.
 func (d *Daemon) Start(ctx context.Context) error {
+	cctx, cancel := context.WithTimeout(ctx, d.checkTimeout())
+	err := d.cat.RequireCluster(cctx)
+	cancel()
+	if errors.Is(err, metadata.ErrNotCluster) {
+		_ = d.ln.Close()
+		return err
+	}
 	srv := &http.Server{Handler: d.mux(), ReadHeaderTimeout: 5 * time.Second}
 	httpDone := make(chan error, 1)
 	go func() { httpDone <- srv.Serve(d.ln) }()
@@ -629,6 +641,11 @@ func (d *Daemon) trigger(ctx context.Context, term *metadata.Leadership, source 
 	d.lastPlan = time.Now()
 	d.mu.Unlock()
 	switch {
+	case errors.Is(err, ErrUnmeasured) && ctx.Err() == nil:
+		// Nothing was planned or changed; a node-added round is tried
+		// again with backoff, a cron round at its next time.
+		d.setErr(err)
+		log.Warn("rebalance round skipped: a node could not be measured, and planning without it would guess", zap.Error(err))
 	case err != nil && ctx.Err() == nil:
 		d.setErr(err)
 		log.Warn("rebalance failed", zap.Error(err))

@@ -21,6 +21,15 @@
 // are read on the workers' shard tables. A named strategy on Citus weighs
 // every node 1, as Citus's built-in strategies do.
 //
+// Every live plan starts from metadata.Catalog.MeasuredSnapshot, which
+// names the nodes it could not measure (stopped, unreachable, refusing
+// the node credentials). While there is one, planning refuses with
+// ErrUnmeasured (exit code 2 from the CLI; the daemon logs and skips the
+// round), whatever the strategy; with PlanOptions.AllowUnmeasured,
+// BuildLiveInput plans such nodes as inactive ones: their groups stay and
+// no move goes to or from them (unmeasured.go). A drain refuses before it
+// marks its node.
+//
 // Daemon leadership is a lease with a fencing token (metadata/leader.go):
 // the leader holds a session advisory lock on the coordinator and, right
 // after taking it, bumps the epoch in shardmover.leader on the lock's own
@@ -48,7 +57,9 @@
 //
 // Every daemon, leader or not, refreshes /metrics (moves by phase, in one
 // GROUP BY query; the recorded epoch) and /status from the journal every
-// Poll. /readyz answers 200 with {"state":"leader"} or {"state":"standby"},
+// Poll; Start refuses a coordinator that is not a cluster's
+// (metadata.ErrNotCluster) before it serves or creates anything. /readyz
+// answers 200 with {"state":"leader"} or {"state":"standby"},
 // and 503 while the coordinator is unreachable or after the lock was lost.
 // shardmover_leader_changes_total counts this daemon's leadership changes.
 //

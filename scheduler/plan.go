@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"slices"
 	"sort"
@@ -41,6 +42,11 @@ type PlanOptions struct {
 	Exclude []int64
 	// AddNodes simulates nodes not yet added: "host:port" or "host:port=capacity".
 	AddNodes []string
+	// AllowUnmeasured plans the live cluster without the nodes that could
+	// not be measured (unmeasured.go): their shard groups stay where they
+	// are and no move goes to or from them. Without it such a node makes
+	// planning refuse (ErrUnmeasured).
+	AllowUnmeasured bool
 
 	// Placement rules (flags and the --rules file, merged; see rules.go).
 	// Pin: a shard group (COLOCATION:INDEX or a shard id) only on the rule's
@@ -63,6 +69,15 @@ func DefaultPlanOptions() PlanOptions {
 // operator's options into planner input. Errors match metadata.ErrInvalid
 // and say which flag is wrong and how.
 func BuildInput(st metadata.Status, o PlanOptions) (planner.Input, error) {
+	return BuildLiveInput(st, nil, o)
+}
+
+// BuildLiveInput is BuildInput for the live cluster, given the nodes its
+// snapshot could not measure (metadata.Catalog.MeasuredSnapshot): it
+// refuses them (ErrUnmeasured) unless o.AllowUnmeasured, and then plans
+// them as inactive nodes: their groups stay where they are and no move
+// goes to or from them (unmeasured.go).
+func BuildLiveInput(st metadata.Status, unmeasured []metadata.Unmeasured, o PlanOptions) (planner.Input, error) {
 	name := o.Strategy
 	if name == "" {
 		name = "by_disk_size"
@@ -105,9 +120,15 @@ func BuildInput(st metadata.Status, o PlanOptions) (planner.Input, error) {
 	if err := CheckRules(o); err != nil {
 		return in, err
 	}
+	if err := checkUnmeasured(unmeasured, o); err != nil {
+		return in, err
+	}
+	unreached := unmeasuredIDs(unmeasured)
 
 	byAddr := map[string]*planner.Node{}
 	var maxID int64
+	// Nodes no move may involve: inactive ones, and those that could not
+	// be measured (with AllowUnmeasured).
 	inactive := map[int64]bool{}
 	for _, n := range st.Nodes {
 		maxID = max(maxID, int64(n.ID))
@@ -128,10 +149,10 @@ func BuildInput(st metadata.Status, o PlanOptions) (planner.Input, error) {
 			// node 1 (citus_node_capacity_1).
 			capacity = 1
 		}
-		if !n.IsActive {
+		if !n.IsActive || unreached[int64(n.ID)] {
 			inactive[int64(n.ID)] = true
 		}
-		in.Nodes = append(in.Nodes, planner.Node{ID: int64(n.ID), Name: n.Addr, Capacity: capacity, ShouldHaveShards: n.ShouldHaveShards && n.IsActive})
+		in.Nodes = append(in.Nodes, planner.Node{ID: int64(n.ID), Name: n.Addr, Capacity: capacity, ShouldHaveShards: n.ShouldHaveShards && !inactive[int64(n.ID)]})
 	}
 	for _, spec := range o.AddNodes {
 		addr, capText, hasCap := strings.Cut(spec, "=")
@@ -185,6 +206,9 @@ func BuildInput(st metadata.Status, o PlanOptions) (planner.Input, error) {
 			usable = true
 		}
 	}
+	if !usable && len(st.ShardGroups) > 0 && len(unmeasured) > 0 {
+		return in, nothingMeasured(unmeasured)
+	}
 	if !usable && len(st.ShardGroups) > 0 {
 		return in, invalidf("no node may hold shards (every node has capacity 0, is drained or has shouldhaveshards = false); nothing could be placed")
 	}
@@ -207,7 +231,7 @@ func BuildInput(st metadata.Status, o PlanOptions) (planner.Input, error) {
 		in.Groups = append(in.Groups, planner.Group{
 			ID: g.ID, ColocationID: int64(g.ColocationID), Index: g.Index, ShardIDs: g.ShardIDs, Tables: g.Tables,
 			Bytes: g.Bytes, Node: int64(g.NodeID), Load: g.Load,
-			// A group on an inactive node cannot be copied from.
+			// A group on an inactive or unmeasured node cannot be copied from.
 			Excluded: excluded[g.ID] || inactive[int64(g.NodeID)],
 		})
 	}
@@ -266,13 +290,32 @@ func avoidOldCopies(st metadata.Status, in *planner.Input) {
 // with --strategy by_load, every shard group's load measured over
 // o.LoadWindow (metadata.Catalog.MeasureLoad: the nodes' statistics read at
 // the start and the end of the window), its warnings added to the status.
-// It waits for the window.
-func LiveStatus(ctx context.Context, cat *metadata.Catalog, cl *metadata.Cluster, o PlanOptions) (metadata.Status, error) {
+// It waits for the window. The nodes in unmeasured (those cl's snapshot
+// could not measure) are not read: their groups count no load, and stay
+// where they are (BuildLiveInput).
+func LiveStatus(ctx context.Context, cat *metadata.Catalog, cl *metadata.Cluster, unmeasured []metadata.Unmeasured, o PlanOptions) (metadata.Status, error) {
 	st := cat.ClusterStatus(ctx, cl)
 	if s, err := planner.ParseStrategy(o.Strategy); err != nil || s != planner.ByLoad {
 		return st, nil
 	}
-	loads, warns, err := cat.MeasureLoad(ctx, cl, o.LoadWindow)
+	read := cl
+	if len(unmeasured) > 0 {
+		skip := map[int32]bool{}
+		st.Warnings = slices.Clone(st.Warnings)
+		for _, u := range unmeasured {
+			skip[u.Node.GroupID] = true
+			st.Warnings = append(st.Warnings, fmt.Sprintf("%s could not be measured; its shard groups count no load", u.Node.Addr()))
+		}
+		part := *cl
+		part.Groups = nil
+		for _, g := range cl.Groups {
+			if !skip[g.GroupID] {
+				part.Groups = append(part.Groups, g)
+			}
+		}
+		read = &part
+	}
+	loads, warns, err := cat.MeasureLoad(ctx, read, o.LoadWindow)
 	if err != nil {
 		return st, err
 	}

@@ -54,17 +54,27 @@ func NewRunner(cat *metadata.Catalog, moverCfg mover.Config, m *Metrics) *Runner
 // Engine returns a mover engine with the runner's configuration.
 func (r *Runner) Engine() *mover.Engine { return mover.New(r.moverCfg, r.cat) }
 
-// Plan plans from the live cluster.
+// Plan plans from the live cluster. A node that could not be measured
+// makes it refuse (ErrUnmeasured) unless o.AllowUnmeasured; then each such
+// node is logged and planned around (BuildLiveInput).
 func (r *Runner) Plan(ctx context.Context, o PlanOptions) (planner.Result, error) {
-	cl, err := r.cat.Snapshot(ctx, metadata.SnapshotOptions{})
+	cl, unmeasured, err := r.cat.MeasuredSnapshot(ctx, metadata.SnapshotOptions{})
 	if err != nil {
 		return planner.Result{}, err
 	}
-	st, err := LiveStatus(ctx, r.cat, cl, o)
+	// Refused before by_load's window is waited for.
+	if err := checkUnmeasured(unmeasured, o); err != nil {
+		return planner.Result{}, err
+	}
+	for _, u := range unmeasured {
+		r.log.Warn("planning without a node that could not be measured: its shard groups stay where they are and no move involves it",
+			zap.String("node", u.Node.Addr()), zap.String("reason", u.Reason))
+	}
+	st, err := LiveStatus(ctx, r.cat, cl, unmeasured, o)
 	if err != nil {
 		return planner.Result{}, err
 	}
-	in, err := BuildInput(st, o)
+	in, err := BuildLiveInput(st, unmeasured, o)
 	if err != nil {
 		return planner.Result{}, err
 	}
@@ -354,6 +364,10 @@ func (r *Runner) resumeAs(ctx context.Context, term *metadata.Leadership, own bo
 
 // Drain marks a node shouldhaveshards = false and moves every group off it,
 // as one job. Draining the last node that may hold shards is refused.
+// While a node could not be measured the drain is refused before the node
+// is marked, as Plan refuses (ErrUnmeasured; with AllowUnmeasured it goes
+// on without that node), and a drain of that node itself always is: its
+// groups could not be copied from it.
 func (r *Runner) Drain(ctx context.Context, addr string, o PlanOptions, lim mover.Limits) (JobOutcome, error) {
 	node, err := r.cat.NodeByAddr(ctx, addr)
 	if err != nil {
@@ -381,6 +395,18 @@ func (r *Runner) Drain(ctx context.Context, addr string, o PlanOptions, lim move
 		return JobOutcome{}, err
 	} else if len(jobs) > 0 {
 		return JobOutcome{}, &busyError{msg: fmt.Sprintf("%s job %d is unfinished; resume or cancel it first", jobs[0].Kind, jobs[0].ID)}
+	}
+	_, unmeasured, err := r.cat.MeasuredSnapshot(ctx, metadata.SnapshotOptions{})
+	if err != nil {
+		return JobOutcome{}, err
+	}
+	for _, u := range unmeasured {
+		if u.Node.ID == node.ID {
+			return JobOutcome{}, unmeasuredDrain(u)
+		}
+	}
+	if err := checkUnmeasured(unmeasured, o); err != nil {
+		return JobOutcome{}, err
 	}
 	if node.ShouldHaveShards {
 		if err := r.cat.SetShouldHaveShards(ctx, node.ID, false); err != nil {

@@ -28,7 +28,8 @@ func newNodeCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			cat, err := g.catalog(cmd.Context())
+			// The first worker registered makes a compat cluster.
+			cat, err := g.openCatalog(cmd.Context())
 			if err != nil {
 				return err
 			}

@@ -94,8 +94,24 @@ func newRoot(g *globals) *cobra.Command {
 }
 
 // catalog opens the coordinator's catalog with the resolution order of
-// docs/design.md section 11.
+// docs/design.md section 11, and refuses (exit 2, having created nothing)
+// a database that is not a cluster's coordinator (metadata.ErrNotCluster).
+// Only `node add`, which makes a compat cluster, opens one with
+// openCatalog.
 func (g *globals) catalog(ctx context.Context) (*metadata.Catalog, error) {
+	cat, err := g.openCatalog(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := cat.RequireCluster(ctx); err != nil {
+		cat.Close()
+		return nil, err
+	}
+	return cat, nil
+}
+
+// openCatalog opens the coordinator's catalog, cluster or not.
+func (g *globals) openCatalog(ctx context.Context) (*metadata.Catalog, error) {
 	dsn := g.coordinator
 	if dsn == "" {
 		dsn = os.Getenv("SHARDMOVER_COORDINATOR")

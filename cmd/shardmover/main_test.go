@@ -130,7 +130,7 @@ func TestClusterCommands(t *testing.T) {
 	// Loading into a cluster with no workers is refused, changing nothing.
 	_, msg, code := run(t, "sandbox", "load", "--coordinator", coord, "--users", "10", "--events", "10")
 	require.Equal(t, 2, code, msg)
-	assert.Contains(t, msg, "has no shardmover catalogs")
+	assert.Contains(t, msg, "is not a cluster's coordinator")
 	conn, err := pgx.Connect(ctx, coord)
 	require.NoError(t, err)
 	defer conn.Close(ctx)

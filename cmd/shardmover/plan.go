@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/shardmover/shardmover/metadata"
+	"github.com/shardmover/shardmover/mover"
 	"github.com/shardmover/shardmover/planner"
 	"github.com/shardmover/shardmover/scheduler"
 )
@@ -48,25 +49,17 @@ func newPlanCmd(g *globals) *cobra.Command {
 			if err := checkPlanFlags(opts); err != nil {
 				return err
 			}
-			st, cat, err := loadStatus(cmd, g, snapshot, opts)
+			if snapshot != "" && opts.AllowUnmeasured {
+				return usagef("--allow-unmeasured applies to a live cluster; a --snapshot file is planned as it was written")
+			}
+			var res planner.Result
+			if snapshot != "" {
+				res, err = planSnapshot(snapshot, opts)
+			} else {
+				res, err = planLive(cmd, g, opts)
+			}
 			if err != nil {
 				return err
-			}
-			if cat != nil {
-				defer cat.Close()
-			}
-			in, err := scheduler.BuildInput(st, opts)
-			if err != nil {
-				return err
-			}
-			if cat != nil {
-				if err := scheduler.ApplyClusterStrategy(cmd.Context(), cat, opts, &in); err != nil {
-					return err
-				}
-			}
-			res, err := planner.Plan(in)
-			if err != nil {
-				return usagef("%v", err)
 			}
 			if g.output == "json" {
 				return writeJSON(cmd.OutOrStdout(), res)
@@ -88,6 +81,7 @@ func newPlanCmd(g *globals) *cobra.Command {
 	f.Int64SliceVar(&opts.Exclude, "exclude", nil, "shard id whose group must not move (repeatable)")
 	f.StringVar(&snapshot, "snapshot", "", "plan from a `shardmover status -o json` file instead of a live cluster")
 	f.StringArrayVar(&opts.AddNodes, "add-node", nil, "simulate a node not yet added: host:port[=capacity] (repeatable)")
+	f.BoolVar(&opts.AllowUnmeasured, "allow-unmeasured", false, allowUnmeasuredHelp)
 	rules.register(cmd)
 	return cmd
 }
@@ -119,42 +113,50 @@ func checkPlanFlags(opts scheduler.PlanOptions) error {
 	return err
 }
 
-// loadStatus reads the snapshot file, or the live cluster; then it also
-// returns the open catalog (the caller closes it), nil for a file.
-//
-// With --strategy by_load the live status carries every group's load,
-// measured over --load-window (scheduler.LiveStatus); a snapshot file
-// carries the loads it was written with, if any.
-func loadStatus(cmd *cobra.Command, g *globals, file string, opts scheduler.PlanOptions) (metadata.Status, *metadata.Catalog, error) {
-	if file != "" {
-		f, err := os.Open(file)
-		if err != nil {
-			return metadata.Status{}, nil, usagef("--snapshot %s cannot be read: %v", file, err)
-		}
-		defer f.Close()
-		st, err := metadata.ReadStatus(f)
-		return st, nil, err
+// planSnapshot plans from a `shardmover status -o json` file, as written.
+func planSnapshot(file string, opts scheduler.PlanOptions) (planner.Result, error) {
+	f, err := os.Open(file)
+	if err != nil {
+		return planner.Result{}, usagef("--snapshot %s cannot be read: %v", file, err)
 	}
+	defer f.Close()
+	st, err := metadata.ReadStatus(f)
+	if err != nil {
+		return planner.Result{}, err
+	}
+	in, err := scheduler.BuildInput(st, opts)
+	if err != nil {
+		return planner.Result{}, err
+	}
+	res, err := planner.Plan(in)
+	if err != nil {
+		return res, usagef("%v", err)
+	}
+	return res, nil
+}
+
+// planLive plans from the live cluster, as rebalance does
+// (scheduler.Runner.Plan): a node that could not be measured makes it
+// refuse unless --allow-unmeasured, and with --strategy by_load every
+// group's load is measured over --load-window first.
+func planLive(cmd *cobra.Command, g *globals, opts scheduler.PlanOptions) (planner.Result, error) {
 	ctx := cmd.Context()
 	cat, err := g.catalog(ctx)
 	if err != nil {
-		return metadata.Status{}, nil, err
+		return planner.Result{}, err
 	}
-	cl, err := cat.Snapshot(ctx, metadata.SnapshotOptions{})
-	if err != nil {
-		cat.Close()
-		return metadata.Status{}, nil, err
-	}
+	defer cat.Close()
 	if isByLoad(opts.Strategy) {
 		fmt.Fprintf(cmd.ErrOrStderr(), "measuring load for %s (--load-window)...\n", opts.LoadWindow)
 	}
-	st, err := scheduler.LiveStatus(ctx, cat, cl, opts)
-	if err != nil {
-		cat.Close()
-		return metadata.Status{}, nil, err
-	}
-	return st, cat, nil
+	cfg := mover.DefaultConfig()
+	cfg.Logger = g.log
+	return scheduler.NewRunner(cat, cfg, nil).Plan(ctx, opts)
 }
+
+// allowUnmeasuredHelp is the --allow-unmeasured flag's help of plan,
+// rebalance, drain and the daemon.
+const allowUnmeasuredHelp = "plan even when a node could not be measured (stopped, or refused the --node-conninfo credentials): its shard groups stay where they are and no move goes to or from it (default: refuse, naming the node)"
 
 // isByLoad reports whether the --strategy value names by_load.
 func isByLoad(strategy string) bool {

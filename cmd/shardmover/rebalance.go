@@ -44,6 +44,7 @@ func (f *jobFlags) register(cmd *cobra.Command, withPlan bool) {
 		fl.IntVar(&f.recheck, "recheck", scheduler.DefaultRecheck, "after a rebalance that finished every move, measure the nodes again and rebalance once more when they are still outside the threshold, up to this many times (0: never); a copied group is smaller on its new node, having none of the old copy's dead rows")
 		fl.IntVar(&f.plan.MaxMoves, "max-moves", f.plan.MaxMoves, "most balancing moves; moves a drain, isolation or placement rule forces are not counted and always planned (unlike Citus's max_shard_moves, which counts them: a drain must empty its node)")
 	}
+	fl.BoolVar(&f.plan.AllowUnmeasured, "allow-unmeasured", false, allowUnmeasuredHelp)
 	f.rules.register(cmd)
 	registerLimits(cmd, &f.limits)
 	fl.StringVar(&f.bandwidth, "max-bandwidth", "", "total copy bandwidth, e.g. 100MB/s (default: none)")
