@@ -179,6 +179,11 @@ var journalDDL = []string{
 	// 6.2): its phases follow that move's, its decision is that move's.
 	`ALTER TABLE shardmover.moves ADD COLUMN IF NOT EXISTS carried_by bigint REFERENCES shardmover.moves (id)`,
 	`CREATE INDEX IF NOT EXISTS moves_carried_by ON shardmover.moves (carried_by) WHERE carried_by IS NOT NULL`,
+	// source_filenodes: each shard table's relfilenode on the source,
+	// read by setup before the slot's snapshot; a cutover that finds
+	// another one knows the table was rewritten during the move (a
+	// rewrite's rows are not logically decoded) and fails the move.
+	`ALTER TABLE shardmover.moves ADD COLUMN IF NOT EXISTS source_filenodes bigint[]`,
 	installedDDL,
 }
 
@@ -555,6 +560,21 @@ func (c *Catalog) SetProgress(ctx context.Context, id, bytesCopied, bytesTotal i
 		source_lsn = coalesce(nullif($4, '')::pg_lsn, source_lsn), applied_lsn = coalesce(nullif($5, '')::pg_lsn, applied_lsn),
 		updated_at = now() WHERE id = $1`, id, bytesCopied, bytesTotal, sourceLSN, appliedLSN)
 	return err
+}
+
+// SetSourceFilenodes records the relfilenode of each of move id's shard
+// tables on the source, in the order of its ShardTables.
+func (c *Catalog) SetSourceFilenodes(ctx context.Context, id int64, nodes []int64) error {
+	_, err := c.pool.Exec(ctx, "UPDATE shardmover.moves SET source_filenodes = $2, updated_at = now() WHERE id = $1", id, nodes)
+	return err
+}
+
+// SourceFilenodes reads what SetSourceFilenodes recorded (nil: nothing,
+// a move set up by an older version).
+func (c *Catalog) SourceFilenodes(ctx context.Context, id int64) ([]int64, error) {
+	var nodes []int64
+	err := c.pool.QueryRow(ctx, "SELECT source_filenodes FROM shardmover.moves WHERE id = $1", id).Scan(&nodes)
+	return nodes, err
 }
 
 // RequestCancel asks the move's mover to cancel it. A move past its

@@ -133,7 +133,7 @@ func (r *run) setup(ctx context.Context, m metadata.Move) (err error) {
 		if recErr != nil {
 			return
 		}
-		snap, srcErr = r.createPublicationAndSlot(sctx, pubConn, name, tables)
+		snap, srcErr = r.createPublicationAndSlot(sctx, pubConn, m.ID, name, tables)
 	}()
 	tgtStart := time.Now()
 	tgtErr := func() error {
@@ -225,7 +225,7 @@ func (r *run) createTargetTables(ctx context.Context, dst *pgx.Conn, tables []pg
 // createPublicationAndSlot creates the publication on the source (session
 // src), waits for the move's turn to copy, and creates the slot with its
 // exported snapshot.
-func (r *run) createPublicationAndSlot(ctx context.Context, src *pgx.Conn, name string, tables []pgx.Identifier) (*replication.Snapshot, error) {
+func (r *run) createPublicationAndSlot(ctx context.Context, src *pgx.Conn, id int64, name string, tables []pgx.Identifier) (*replication.Snapshot, error) {
 	if err := replication.CreatePublication(ctx, src, name, tables); err != nil {
 		return nil, err
 	}
@@ -235,7 +235,43 @@ func (r *run) createPublicationAndSlot(ctx context.Context, src *pgx.Conn, name 
 	if err := r.holdCopySlot(ctx); err != nil {
 		return nil, err
 	}
+	// Each table's storage and column count, read before the slot's
+	// snapshot: a rewrite after this read (ALTER TABLE ... TYPE, VACUUM
+	// FULL) gives the table another relfilenode, and a column dropped and
+	// added again under its name another attnum (relnatts grows), which
+	// the cutover sees (compareDefinitions). One between this read and the
+	// snapshot fails the move as well, which is the safe side.
+	nodes, err := sourceFilenodes(ctx, src, tables)
+	if err != nil {
+		return nil, err
+	}
+	if err := r.e.cat.SetSourceFilenodes(ctx, id, nodes); err != nil {
+		return nil, err
+	}
 	return replication.CreateSlot(ctx, r.e.dsn(r.source), name)
+}
+
+// sourceFilenodes reads each table's relfilenode and relnatts (the
+// number of columns it ever had, dropped ones included), two entries a
+// table in order, through q (a session, or the cutover's transaction).
+func sourceFilenodes(ctx context.Context, q interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}, tables []pgx.Identifier) ([]int64, error) {
+	names := make([]string, len(tables))
+	for i, t := range tables {
+		names[i] = t.Sanitize()
+	}
+	var nodes []int64
+	err := q.QueryRow(ctx, `SELECT coalesce(array_agg(x.v ORDER BY u.i, x.k), '{}')
+		FROM unnest($1::text[]) WITH ORDINALITY AS u(name, i) JOIN pg_catalog.pg_class c ON c.oid = pg_catalog.to_regclass(u.name)
+		CROSS JOIN LATERAL (VALUES (1, c.relfilenode::int8), (2, c.relnatts::int8)) AS x(k, v)`, names).Scan(&nodes)
+	if err != nil {
+		return nil, fmt.Errorf("read the storage of %s on the source: %w", strings.Join(names, ", "), err)
+	}
+	if len(nodes) != 2*len(tables) {
+		return nil, fmt.Errorf("read the storage of %s on the source: %d of %d tables found", strings.Join(names, ", "), len(nodes)/2, len(tables))
+	}
+	return nodes, nil
 }
 
 // addCleanups records, before setup creates anything, every artifact it

@@ -130,6 +130,9 @@ func (r *run) cutoverAttempt(ctx context.Context, m metadata.Move) (backoff time
 		return 0, metadata.ErrPhaseConflict // re-read: the move is past its decision
 	}
 	m.CutoverEpoch = st.Epoch
+	if r.filenodes, err = r.e.cat.SourceFilenodes(ctx, m.ID); err != nil {
+		return 0, err
+	}
 	// Citus's own mover may have moved the group while this one copied
 	// and caught up: then this move ends (checkOnSource says so). While
 	// Citus moves shards, no cutover: the attempt waits for its backoff.
@@ -569,6 +572,28 @@ func (r *run) compareDefinitions(ctx context.Context, m metadata.Move, tx, dtx p
 		for _, stmt := range stmts {
 			if _, err := pgsql.ExecOne(ctx, dtx.Conn(), stmt); err != nil {
 				return fmt.Errorf("finish identity columns and privileges of %s on the target: %w", t.Sanitize(), err)
+			}
+		}
+	}
+	// The same definition may still hide a change nothing decoded: a
+	// rewrite (ALTER TABLE ... TYPE ... USING) or a column dropped and
+	// added again under its name changes rows without a decoded change.
+	// The table's storage and column count tell (sourceFilenodes).
+	if len(r.filenodes) == 2*len(tables) {
+		now, err := sourceFilenodes(ctx, tx, tables)
+		if err != nil {
+			return err
+		}
+		for i, t := range tables {
+			switch {
+			case now[2*i] != r.filenodes[2*i]:
+				return permanent(&errDefinitionChanged{msg: fmt.Sprintf(
+					"shard table %s was rewritten on the source during the move (its storage is new: ALTER TABLE ... TYPE, VACUUM FULL, CLUSTER or TRUNCATE), and what a rewrite changes is not replicated, so the move fails and the group stays on its source: move it again",
+					t.Sanitize())})
+			case now[2*i+1] != r.filenodes[2*i+1]:
+				return permanent(&errDefinitionChanged{msg: fmt.Sprintf(
+					"a column of shard table %s was dropped and added again on the source during the move, and the values it lost there are not replicated, so the move fails and the group stays on its source: move it again",
+					t.Sanitize())})
 			}
 		}
 	}

@@ -156,3 +156,62 @@ func TestCopyThatKeepsFailingEnds(t *testing.T) {
 		})
 	}
 }
+
+// TestRewriteDuringMoveFailsTheMove: a change on the source's shards
+// during the move that leaves their definition as it was, but not their
+// rows, is not decoded: a rewrite (ALTER COLUMN ... TYPE ... USING) and a
+// column dropped and added again under its name. Each must fail the move
+// at the cutover with a sentence, the group staying on its source. (Both
+// ended `done`: the placement kept the old values, the source had the
+// new ones, and every row differed.)
+func TestRewriteDuringMoveFailsTheMove(t *testing.T) {
+	c := newCluster(t, 8, 100, 1000)
+	target := c.newNode(t)
+	for i, tc := range []struct {
+		name       string
+		before     []string // after preflight, before setup reads the source
+		during     []string // after indexing: the target's tables are built
+		wantReason string
+	}{
+		{"rewrite", nil,
+			[]string{"ALTER TABLE %s ALTER COLUMN created_at TYPE timestamp USING created_at + interval '1 day'"},
+			"was rewritten on the source"},
+		{"column dropped and added", []string{"ALTER TABLE %s ADD COLUMN big text", "UPDATE %s SET big = 'old'"},
+			[]string{"ALTER TABLE %s DROP COLUMN big", "ALTER TABLE %s ADD COLUMN big text"},
+			"dropped and added again"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			shard, source := groupShard(t, c, i)
+			src := nodeOfGroup(t, c, source)
+			cfg := testConfig(t)
+			var m metadata.Move
+			cfg.AfterPhase = func(_ int64, p mover.Phase) error {
+				var stmts []string
+				switch p {
+				case mover.Preflight:
+					stmts = tc.before
+				case mover.Indexing:
+					stmts = tc.during
+				}
+				for _, sql := range stmts {
+					if err := execOnShards(ctx, c, src, m, sql); err != nil {
+						return err
+					}
+				}
+				return nil
+			}
+			eng := mover.New(cfg, c.cat)
+			m = scheduleMove(t, eng, shard, target)
+			err := eng.Run(ctx, m.ID)
+			require.Error(t, err, "a change that nothing replicates must fail the move")
+			t.Logf("move failed as it should: %v", err)
+			assert.Contains(t, err.Error(), tc.wantReason)
+			got, err := c.cat.Move(ctx, m.ID)
+			require.NoError(t, err)
+			assert.Equal(t, "failed", string(got.Phase))
+			_, group := groupShard(t, c, i)
+			assert.Equal(t, source, group, "the group stays on its source")
+		})
+	}
+}

@@ -53,6 +53,10 @@ type run struct {
 	// foreign keys it added NOT VALID (set by the cutover that committed;
 	// empty after a restart, when cleanup reads them again).
 	validate []string
+	// filenodes are the group's tables' relfilenodes on the source as setup
+	// read them (the journal's source_filenodes), read again at each
+	// cutover attempt; nil when not recorded.
+	filenodes []int64
 
 	// The stream, as the last readStream found it: the moves it carries
 	// besides the run's own (riders, in id order), the move each of the

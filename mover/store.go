@@ -56,6 +56,8 @@ type ClusterReader interface {
 	Snapshot(ctx context.Context, opts metadata.SnapshotOptions) (*metadata.Cluster, error)
 	PlacementGroupsOf(ctx context.Context, ids []int64) (map[int64][]int32, error)
 	DropUnlessPlaced(ctx context.Context, shard int64, group int32, drop func(context.Context) error) error
+	SetSourceFilenodes(ctx context.Context, id int64, nodes []int64) error
+	SourceFilenodes(ctx context.Context, id int64) ([]int64, error)
 	NodeSettings(host string, port int) metadata.ConnSettings
 	ConnectNode(ctx context.Context, host string, port int) (*pgx.Conn, error)
 
