@@ -309,12 +309,15 @@ func (c *Catalog) EnsureReferenceTables(ctx context.Context) error {
 // WhyNotMovable explains why shard id is in no movable shard group, or
 // returns "" when the catalog does not know it either.
 func (c *Catalog) WhyNotMovable(ctx context.Context, id int64) (string, error) {
-	var table string
+	var table, partitioned string
 	var method, repmodel string
 	var colocation int32
-	err := c.pool.QueryRow(ctx, `SELECT s.logicalrelid::regclass::text, p.partmethod::text, p.repmodel::text, p.colocationid
+	err := c.pool.QueryRow(ctx, `SELECT s.logicalrelid::regclass::text, p.partmethod::text, p.repmodel::text, p.colocationid,
+			coalesce((SELECT p2.logicalrelid::regclass::text FROM `+c.t("pg_dist_partition")+` p2 JOIN pg_catalog.pg_class c2 ON c2.oid = p2.logicalrelid
+				WHERE (p2.logicalrelid = p.logicalrelid OR (p.colocationid <> 0 AND p2.colocationid = p.colocationid))
+				  AND (c2.relkind = 'p' OR c2.relispartition) ORDER BY c2.relkind <> 'p', p2.logicalrelid LIMIT 1), '')
 		FROM `+c.t("pg_dist_shard")+` s JOIN `+c.t("pg_dist_partition")+` p ON p.logicalrelid = s.logicalrelid
-		WHERE s.shardid = $1`, id).Scan(&table, &method, &repmodel, &colocation)
+		WHERE s.shardid = $1`, id).Scan(&table, &method, &repmodel, &colocation, &partitioned)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return "", nil
@@ -322,6 +325,8 @@ func (c *Catalog) WhyNotMovable(ctx context.Context, id int64) (string, error) {
 		return "", err
 	}
 	switch {
+	case partitioned != "":
+		return fmt.Sprintf("shard %d belongs to %s, whose shard groups hold the shards of the partitioned table %s (a parent and its partitions move together), and shardmover does not move partitioned tables yet: move this group with citus_move_shard_placement", id, table, partitioned), nil
 	case repmodel == "t":
 		return fmt.Sprintf("shard %d belongs to the reference table %s, which has a copy on every node and is never moved", id, table), nil
 	case colocation == 0 && method == "n":

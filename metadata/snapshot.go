@@ -120,12 +120,20 @@ func (c *Catalog) readColocations(ctx context.Context, q querier) ([]Colocation,
 // append- and range-distributed tables and tables owned by an extension
 // never move and are left out of the snapshot. Compat has hash tables only.
 func (c *Catalog) movable(p string) string {
+	// A partitioned table's shard group holds the parent's shard and every
+	// partition's, which move together or not at all; shardmover does not
+	// move them yet, so every group of a colocation that has one stays out
+	// (WhyNotMovable says why).
+	unpartitioned := `NOT EXISTS (SELECT 1 FROM ` + c.t("pg_dist_partition") + ` p2 JOIN pg_catalog.pg_class c2 ON c2.oid = p2.logicalrelid
+			WHERE (p2.logicalrelid = ` + p + `.logicalrelid OR (` + p + `.colocationid <> 0 AND p2.colocationid = ` + p + `.colocationid))
+			  AND (c2.relkind = 'p' OR c2.relispartition))`
 	if c.flavor != Citus {
-		return "true"
+		return unpartitioned
 	}
 	return `(` + p + `.partmethod = 'h' OR (` + p + `.partmethod = 'n' AND ` + p + `.repmodel <> 't' AND ` + p + `.colocationid <> 0))
 		AND NOT EXISTS (SELECT 1 FROM pg_depend d WHERE d.classid = 'pg_class'::regclass AND d.objid = ` + p + `.logicalrelid
-			AND d.refclassid = 'pg_extension'::regclass AND d.deptype = 'e')`
+			AND d.refclassid = 'pg_extension'::regclass AND d.deptype = 'e')
+		AND ` + unpartitioned
 }
 
 // movableShards is a WHERE clause keeping the rows of pg_dist_shard s whose
