@@ -43,12 +43,12 @@ demo: deps build
 ## the load average and the CPU counters sampled every 15 s. Each run is one `go test -count=1` per package
 ## (one package at a time): -count=N would repeat each sub-benchmark back to back, so
 ## shardmover's N rebalances would all run minutes before Citus's; run by run, every side
-## runs next to its baseline. About 40 minutes on 2 busy cores at these sizes.
+## runs next to its baseline. About 45 minutes on 2 busy cores at these sizes.
 BENCH_COUNT ?= 3
-BENCH_ENV   ?= SHARDMOVER_BENCH_CITUS_MB=150 SHARDMOVER_BENCH_MB=64 SHARDMOVER_BENCH_CHANGES=100000 SHARDMOVER_BENCH_APPLY_ROWS=200000 SHARDMOVER_BENCH_EVENTS=60000
+BENCH_ENV   ?= SHARDMOVER_BENCH_CITUS_MB=150 SHARDMOVER_BENCH_PGBENCH_SCALE=10 SHARDMOVER_BENCH_MB=64 SHARDMOVER_BENCH_CHANGES=100000 SHARDMOVER_BENCH_APPLY_ROWS=200000 SHARDMOVER_BENCH_EVENTS=60000
 BENCH_OUT   := bin/bench.txt
 BENCH_LOAD  := bin/bench-load.txt
-BENCH_GO1   := $(GO) test -p 1 -count=1 -run '^$$' -bench '^(BenchmarkCitusRebalance|BenchmarkApply|BenchmarkCopy|BenchmarkMoveUnderWorkload|BenchmarkMoveMemory|BenchmarkMoveFixedCost)$$' -benchtime=1x -timeout 60m ./scheduler ./replication ./e2e ./mover
+BENCH_GO1   := $(GO) test -p 1 -count=1 -run '^$$' -bench '^(BenchmarkCitusRebalance|BenchmarkCitusPgbench|BenchmarkApply|BenchmarkCopy|BenchmarkMoveUnderWorkload|BenchmarkMoveMemory|BenchmarkMoveFixedCost)$$' -benchtime=1x -timeout 60m ./scheduler ./replication ./e2e ./mover
 BENCH_GO2   := $(GO) test -count=1 -run '^$$' -bench '^BenchmarkPlan$$' -timeout 30m ./planner
 bench: deps
 	@mkdir -p bin && rm -f $(BENCH_OUT) $(BENCH_LOAD)

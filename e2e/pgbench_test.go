@@ -1,19 +1,14 @@
 package e2e
 
 import (
-	"bufio"
-	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"sort"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -21,6 +16,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/shardmover/shardmover/internal/pgbench"
 	"github.com/shardmover/shardmover/internal/sandbox"
 	"github.com/shardmover/shardmover/internal/sandbox/sandboxtest"
 )
@@ -28,21 +24,10 @@ import (
 // pgbenchScale is pgbench's scale factor: 200,000 accounts in 16 shard
 // groups of about 2 MB; enough for moves that copy and catch up under load
 // on a 2-core machine.
-const pgbenchScale = 2
-
-// pgbenchScript is pgbench's TPC-B-like transaction reduced to the two
-// distributed tables: the account's UPDATE and the history's INSERT go to
-// the same shard group (both distributed by aid), so every transaction
-// touches exactly one group, the one a move may be cutting over.
-const pgbenchScript = `\set aid random(1, 100000 * :scale)
-\set bid random(1, 1 * :scale)
-\set tid random(1, 10 * :scale)
-\set delta random(-5000, 5000)
-BEGIN;
-UPDATE pgbench_accounts SET abalance = abalance + :delta WHERE aid = :aid;
-INSERT INTO pgbench_history (tid, bid, aid, delta, mtime) VALUES (:tid, :bid, :aid, :delta, CURRENT_TIMESTAMP);
-END;
-`
+const (
+	pgbenchScale  = 2
+	pgbenchShards = 16
+)
 
 // pgbenchSlowest is the longest a transaction may take: the cutover's
 // write pause is meant to be short, and a client that waited longer than
@@ -80,32 +65,17 @@ func runPgbench(t *testing.T, bin, job, mode string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
 	sb, _ := sandboxtest.NewCitus(t, 2)
-	pgbench := filepath.Join(sb.BinDir, "pgbench")
-	_, err := os.Stat(pgbench)
+	pgbenchBin := filepath.Join(sb.BinDir, "pgbench")
+	_, err := os.Stat(pgbenchBin)
 	require.NoError(t, err, "pgbench ships with the PostgreSQL server packages and must be next to the sandbox's postgres in %s", sb.BinDir)
 	coord := sb.Coordinator()
 
-	// pgbench's own tables, distributed: accounts and history colocated by
-	// aid (history gets a primary key: a move refuses a table without a
-	// replica identity), branches and tellers as reference tables.
-	out, err := exec.CommandContext(ctx, pgbench, "-i", "-s", strconv.Itoa(pgbenchScale), coord.DSN()).CombinedOutput()
-	require.NoError(t, err, "pgbench -i: %s", out)
+	// pgbench's own tables, distributed (internal/pgbench): accounts and
+	// history colocated by aid, branches and tellers as reference tables.
+	require.NoError(t, pgbench.InitCitus(ctx, pgbenchBin, coord.DSN(), pgbenchScale, pgbenchShards))
 	conn, err := pgx.Connect(ctx, coord.DSN())
 	require.NoError(t, err)
 	t.Cleanup(func() { conn.Close(context.Background()) })
-	for _, stmt := range []string{
-		`ALTER TABLE pgbench_history ADD COLUMN hid bigserial`,
-		`ALTER TABLE pgbench_history ADD PRIMARY KEY (aid, hid)`,
-		`SET citus.shard_count = 16`,
-		`SELECT create_reference_table('pgbench_branches')`,
-		`SELECT create_reference_table('pgbench_tellers')`,
-		`SELECT create_distributed_table('pgbench_accounts', 'aid')`,
-		`SELECT create_distributed_table('pgbench_history', 'aid', colocate_with => 'pgbench_accounts')`,
-		`SELECT truncate_local_data_after_distributing_table(t) FROM unnest(ARRAY['pgbench_branches', 'pgbench_tellers', 'pgbench_accounts', 'pgbench_history']::regclass[]) t`,
-	} {
-		_, err := conn.Exec(ctx, stmt)
-		require.NoError(t, err, stmt)
-	}
 	// A third worker (citus_add_node, metadata synced) for the rebalance
 	// to fill and the drain to empty into; pgbench enters through it too.
 	added, err := sb.AddNode(ctx)
@@ -120,11 +90,15 @@ func runPgbench(t *testing.T, bin, job, mode string) {
 	args = append(args, "--coordinator", coord.DSN(), "--log-level", "info")
 
 	dir := t.TempDir()
-	script := filepath.Join(dir, "tpcb-distributed.sql")
-	require.NoError(t, os.WriteFile(script, []byte(pgbenchScript), 0o644))
-	var procs []*pgbenchProc
+	script, err := pgbench.WriteScript(dir)
+	require.NoError(t, err)
+	var procs []*pgbench.Proc
 	for _, n := range sb.Nodes {
-		procs = append(procs, startPgbench(t, pgbench, n, mode, script, dir))
+		p, err := pgbench.Start(ctx, pgbench.Options{Bin: pgbenchBin, DSN: n.DSN(), Name: n.Name, Mode: mode,
+			Clients: 2, Scale: pgbenchScale, Script: script, LogDir: dir})
+		require.NoError(t, err)
+		t.Cleanup(p.Kill)
+		procs = append(procs, p)
 	}
 	time.Sleep(2 * time.Second)
 
@@ -139,77 +113,63 @@ func runPgbench(t *testing.T, bin, job, mode string) {
 	// client the last cutover broke fails on its next transactions.
 	time.Sleep(2 * time.Second)
 	for _, p := range procs {
-		p.stop(t)
+		assert.NoError(t, p.Stop(time.Minute))
 	}
 	assert.NoError(t, smErr, "shardmover %s failed: %s", args[0], report)
 
 	// pgbench's verdict, one entry node at a time.
 	var processed int64
-	var txns []pgbenchTxn
-	perNode := map[string][]pgbenchTxn{}
+	var txns []pgbench.Txn
+	perNode := map[string][]pgbench.Txn{}
 	var loadEnd time.Time // when the first pgbench process to end had its last transaction
 	var endedFirst string
-	for _, p := range procs {
-		summary := p.out.String()
-		assert.NoError(t, p.err, "pgbench through %s (%s) did not end as -T ends it (exit status 2: a client aborted):\n%s", p.node.Name, p.node.Addr(), summary)
-		n, bad := parsePgbenchOutput(summary)
-		assert.Empty(t, bad, "pgbench through %s (%s) reported errors or aborted clients (pgbench never retries: each is a transaction an application saw fail):\n%s",
-			p.node.Name, p.node.Addr(), strings.Join(firstN(bad, 10), "\n"))
-		assert.Contains(t, summary, "number of failed transactions: 0 ", "pgbench through %s (%s) counted failed transactions:\n%s", p.node.Name, p.node.Addr(), summary)
-		require.GreaterOrEqual(t, n, int64(0), "pgbench through %s (%s) printed no summary:\n%s", p.node.Name, p.node.Addr(), summary)
-		processed += n
-		logged := readPgbenchLogs(t, p.prefix)
-		require.NotEmpty(t, logged, "pgbench through %s (%s) logged no transaction:\n%s", p.node.Name, p.node.Addr(), summary)
-		assert.Equal(t, n, int64(len(logged)), "pgbench through %s (%s) logged %d transactions and counted %d", p.node.Name, p.node.Addr(), len(logged), n)
-		last := logged[0].end
-		for _, x := range logged {
-			if x.end.After(last) {
-				last = x.end
-			}
+	for i, p := range procs {
+		res := p.Wait()
+		node := sb.Nodes[i] // procs were started in the order of sb.Nodes
+		assert.NoError(t, res.Err, "pgbench through %s (%s) did not end as -T ends it (exit status 2: a client aborted):\n%s", node.Name, node.Addr(), res.Output)
+		sum := pgbench.ParseSummary(res.Output)
+		assert.Empty(t, sum.Problems, "pgbench through %s (%s) reported errors or aborted clients (pgbench never retries: each is a transaction an application saw fail):\n%s",
+			node.Name, node.Addr(), strings.Join(firstN(sum.Problems, 10), "\n"))
+		assert.Zero(t, sum.Failed, "pgbench through %s (%s) counted failed transactions:\n%s", node.Name, node.Addr(), res.Output)
+		require.GreaterOrEqual(t, sum.Processed, int64(0), "pgbench through %s (%s) printed no summary:\n%s", node.Name, node.Addr(), res.Output)
+		processed += sum.Processed
+		logged, err := p.Transactions()
+		require.NoError(t, err)
+		require.NotEmpty(t, logged, "pgbench through %s (%s) logged no transaction:\n%s", node.Name, node.Addr(), res.Output)
+		assert.Equal(t, sum.Processed, int64(len(logged)), "pgbench through %s (%s) logged %d transactions and counted %d", node.Name, node.Addr(), len(logged), sum.Processed)
+		if _, last := pgbench.Span(logged); loadEnd.IsZero() || last.Before(loadEnd) {
+			loadEnd, endedFirst = last, node.Name
 		}
-		if loadEnd.IsZero() || last.Before(loadEnd) {
-			loadEnd, endedFirst = last, p.node.Name
-		}
-		perNode[p.node.Name] = logged
+		perNode[node.Name] = logged
 		txns = append(txns, logged...)
 	}
-	first := loadEnd
-	for _, x := range txns {
-		if x.end.Before(first) {
-			first = x.end
-		}
+	first, _ := pgbench.Span(txns)
+	windows := func(txns []pgbench.Txn) string {
+		return fmt.Sprintf("tps %.0f before the command, %.0f while it ran, %.0f after",
+			pgbench.TPS(txns, first, cmdStart), pgbench.TPS(txns, cmdStart, cmdEnd), pgbench.TPS(txns, cmdEnd, loadEnd))
 	}
-	for _, p := range procs {
-		st := pgbenchStats(perNode[p.node.Name])
-		t.Logf("pgbench through %s (%s): %d transactions, tps %.0f before the command, %.0f while it ran, %.0f after; p99 %s, slowest %s",
-			p.node.Name, p.node.Addr(), len(perNode[p.node.Name]),
-			pgbenchTPS(perNode[p.node.Name], first, cmdStart), pgbenchTPS(perNode[p.node.Name], cmdStart, cmdEnd), pgbenchTPS(perNode[p.node.Name], cmdEnd, loadEnd),
-			st.p99, st.slowest.latency)
+	for _, n := range sb.Nodes {
+		st := pgbench.Stats(perNode[n.Name])
+		t.Logf("pgbench through %s (%s): %d transactions, %s; p99 %s, slowest %s",
+			n.Name, n.Addr(), len(perNode[n.Name]), windows(perNode[n.Name]), st.P99, st.Slowest.Latency)
 	}
 
 	// Latency, from the per-transaction logs.
-	st := pgbenchStats(txns)
-	t.Logf("all entry nodes: %d transactions, tps %.0f before the command, %.0f while it ran, %.0f after; p99 %s, slowest %s (through %s, ended %s after the command started)",
-		len(txns), pgbenchTPS(txns, first, cmdStart), pgbenchTPS(txns, cmdStart, cmdEnd), pgbenchTPS(txns, cmdEnd, loadEnd),
-		st.p99, st.slowest.latency, st.slowest.node, st.slowest.end.Sub(cmdStart).Round(time.Millisecond))
-	assert.Zero(t, st.failed, "pgbench logged %d failed transactions", st.failed)
-	assert.Less(t, st.slowest.latency, pgbenchSlowest, "the slowest transaction (through %s, ended %s after the command started) took %s",
-		st.slowest.node, st.slowest.end.Sub(cmdStart).Round(time.Millisecond), st.slowest.latency)
+	st := pgbench.Stats(txns)
+	t.Logf("all entry nodes: %d transactions, %s; p99 %s, slowest %s (through %s, ended %s after the command started)",
+		len(txns), windows(txns), st.P99, st.Slowest.Latency, st.Slowest.Node, st.Slowest.End.Sub(cmdStart).Round(time.Millisecond))
+	assert.Zero(t, st.Failed, "pgbench logged %d failed transactions", st.Failed)
+	assert.Less(t, st.Slowest.Latency, pgbenchSlowest, "the slowest transaction (through %s, ended %s after the command started) took %s",
+		st.Slowest.Node, st.Slowest.End.Sub(cmdStart).Round(time.Millisecond), st.Slowest.Latency)
 
 	// Every transaction pgbench counted is there once, and nothing else:
 	// more rows than transactions is a transaction pgbench saw fail that
 	// committed (or one applied twice), fewer is a committed one lost.
-	var history int64
-	require.NoError(t, conn.QueryRow(ctx, "SELECT count(*) FROM pgbench_history").Scan(&history))
-	assert.Equal(t, processed, history, "pgbench_history holds %d rows; pgbench counted %d transactions processed", history, processed)
-	assert.Equal(t, int64(len(txns)), history, "pgbench_history holds %d rows; pgbench logged %d transactions", history, len(txns))
-	var wrong int64
-	var examples string
-	require.NoError(t, conn.QueryRow(ctx, `SELECT count(*), coalesce(string_agg(format('aid %s: balance %s, deltas %s', aid, abalance, s), '; ') FILTER (WHERE rn <= 5), '')
-		FROM (SELECT a.aid, a.abalance, coalesce(h.s, 0) s, row_number() OVER (ORDER BY a.aid) rn
-			FROM pgbench_accounts a LEFT JOIN (SELECT aid, sum(delta) s FROM pgbench_history GROUP BY aid) h USING (aid)
-			WHERE a.abalance <> coalesce(h.s, 0)) w`).Scan(&wrong, &examples))
-	assert.Zero(t, wrong, "accounts whose balance is not the sum of their history's deltas (an UPDATE and its INSERT must commit together, once): %s", examples)
+	bal, err := pgbench.CheckBalances(ctx, conn)
+	require.NoError(t, err)
+	assert.Equal(t, processed, bal.History, "pgbench_history holds %d rows; pgbench counted %d transactions processed", bal.History, processed)
+	assert.Equal(t, int64(len(txns)), bal.History, "pgbench_history holds %d rows; pgbench logged %d transactions", bal.History, len(txns))
+	assert.Zero(t, bal.Wrong, "accounts whose balance is not the sum of their history's deltas (an UPDATE and its INSERT must commit together, once): %s", bal.Examples)
 
 	// The journal: every move done, each decided while pgbench still ran.
 	rows, err := conn.Query(ctx, `SELECT m.id, m.phase, m.error,
@@ -264,170 +224,6 @@ func runPgbench(t *testing.T, bin, job, mode string) {
 	} else {
 		assert.Positive(t, placedOn(added), "the new worker %s holds no shards after the rebalance", added.Addr())
 	}
-}
-
-// pgbenchProc is one pgbench process, entering the cluster through one
-// node.
-type pgbenchProc struct {
-	node   sandbox.Node
-	prefix string // of its per-transaction log files
-	cmd    *exec.Cmd
-	out    *bytes.Buffer
-	done   chan struct{}
-	err    error // of cmd.Wait, set when done is closed
-}
-
-// startPgbench runs pgbench with the script through node: 2 clients, one
-// thread, no rate limit, a log line per transaction; -s sets the script's
-// :scale. Its -T is only a bound (the test would have failed long
-// before); stop ends it.
-func startPgbench(t *testing.T, pgbench string, node sandbox.Node, mode, script, dir string) *pgbenchProc {
-	t.Helper()
-	p := &pgbenchProc{node: node, prefix: filepath.Join(dir, node.Name), out: &bytes.Buffer{}, done: make(chan struct{})}
-	p.cmd = exec.Command(pgbench, "-n", "-c", "2", "-j", "1", "-T", "600", "-M", mode,
-		"-s", strconv.Itoa(pgbenchScale), "-f", script, "-l", "--log-prefix="+p.prefix, node.DSN())
-	// One buffer for both: exec.Cmd then writes to it from one goroutine.
-	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
-	require.NoError(t, p.cmd.Start(), "start pgbench through %s", node.Name)
-	go func() {
-		p.err = p.cmd.Wait()
-		close(p.done)
-	}()
-	t.Cleanup(func() {
-		select {
-		case <-p.done:
-		default:
-			_ = p.cmd.Process.Kill()
-			<-p.done
-		}
-	})
-	return p
-}
-
-// stop ends pgbench as its -T does, with SIGALRM: pgbench 15 implements -T
-// with alarm(2), and its handler only sets the flag the clients check
-// between transactions, so every client finishes the transaction it is in,
-// the log files are flushed and closed, and the summary is printed.
-// SIGINT or SIGTERM would kill it (it has no handler for them): no summary,
-// log lines cut mid-way and transactions committed but never logged. A
-// computed -T would have to guess how long the command takes.
-func (p *pgbenchProc) stop(t *testing.T) {
-	t.Helper()
-	_ = p.cmd.Process.Signal(syscall.SIGALRM) // fails only when it has already ended
-	select {
-	case <-p.done:
-	case <-time.After(time.Minute):
-		_ = p.cmd.Process.Kill()
-		<-p.done
-		t.Errorf("pgbench through %s did not end within a minute of SIGALRM", p.node.Name)
-	}
-}
-
-var pgbenchProcessedRE = regexp.MustCompile(`(?m)^number of transactions actually processed: (\d+)`)
-
-// parsePgbenchOutput returns the transactions pgbench counted as processed
-// (-1 without a summary) and every line reporting an error or an aborted
-// client.
-func parsePgbenchOutput(out string) (int64, []string) {
-	processed := int64(-1)
-	if m := pgbenchProcessedRE.FindStringSubmatch(out); m != nil {
-		processed, _ = strconv.ParseInt(m[1], 10, 64)
-	}
-	var bad []string
-	for _, line := range strings.Split(out, "\n") {
-		l := strings.ToLower(line)
-		if strings.Contains(l, "abort") || strings.Contains(l, "error") {
-			bad = append(bad, line)
-		}
-	}
-	return processed, bad
-}
-
-type pgbenchLatency struct {
-	p99     time.Duration
-	slowest pgbenchTxn
-	failed  int
-}
-
-// pgbenchStats returns the 99th percentile and the slowest of the
-// transactions that did not fail, and how many failed.
-func pgbenchStats(txns []pgbenchTxn) pgbenchLatency {
-	var out pgbenchLatency
-	lat := make([]time.Duration, 0, len(txns))
-	for _, x := range txns {
-		if x.failed {
-			out.failed++
-			continue
-		}
-		lat = append(lat, x.latency)
-		if x.latency > out.slowest.latency {
-			out.slowest = x
-		}
-	}
-	if len(lat) > 0 {
-		sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
-		out.p99 = lat[(len(lat)*99+99)/100-1]
-	}
-	return out
-}
-
-// pgbenchTPS returns the transactions per second that ended in [from, to).
-func pgbenchTPS(txns []pgbenchTxn, from, to time.Time) float64 {
-	if !to.After(from) {
-		return 0
-	}
-	n := 0
-	for _, x := range txns {
-		if !x.end.Before(from) && x.end.Before(to) {
-			n++
-		}
-	}
-	return float64(n) / to.Sub(from).Seconds()
-}
-
-// pgbenchTxn is one line of pgbench's per-transaction log.
-type pgbenchTxn struct {
-	node    string
-	end     time.Time
-	latency time.Duration
-	failed  bool
-}
-
-// readPgbenchLogs reads the per-transaction logs pgbench wrote under
-// prefix (prefix.<pid>, and .<thread> for threads past the first). A line
-// is "client_id transaction_no time script_no time_epoch time_us
-// [schedule_lag]": time is the latency in microseconds (or "failed",
-// "serialization", "deadlock" when it failed), time_epoch.time_us when it
-// ended.
-func readPgbenchLogs(t *testing.T, prefix string) []pgbenchTxn {
-	t.Helper()
-	files, err := filepath.Glob(prefix + ".*")
-	require.NoError(t, err)
-	require.NotEmpty(t, files, "pgbench wrote no log under %s", prefix)
-	var out []pgbenchTxn
-	node := filepath.Base(prefix)
-	for _, f := range files {
-		fh, err := os.Open(f)
-		require.NoError(t, err)
-		sc := bufio.NewScanner(fh)
-		for sc.Scan() {
-			fields := strings.Fields(sc.Text())
-			require.GreaterOrEqual(t, len(fields), 6, "%s: malformed log line %q", f, sc.Text())
-			sec, err1 := strconv.ParseInt(fields[4], 10, 64)
-			usec, err2 := strconv.ParseInt(fields[5], 10, 64)
-			require.NoError(t, errors.Join(err1, err2), "%s: malformed log line %q", f, sc.Text())
-			x := pgbenchTxn{node: node, end: time.Unix(sec, usec*1000)}
-			if us, err := strconv.ParseInt(fields[2], 10, 64); err == nil {
-				x.latency = time.Duration(us) * time.Microsecond
-			} else {
-				x.failed = true
-			}
-			out = append(out, x)
-		}
-		require.NoError(t, sc.Err())
-		require.NoError(t, fh.Close())
-	}
-	return out
 }
 
 var (

@@ -421,3 +421,120 @@ func TestReadLoads(t *testing.T) {
 	require.Equal(t, Load{At: time.Unix(1796239340, 0).UTC(), One: 3.74, Five: 2.62, Fifteen: 2.05,
 		CPU: true, Total: 359647 + 83412 + 3089709 + 705 + 8804 + 11860, Idle: 3089709 + 705, Steal: 11860}, ls[1])
 }
+
+// testdata/citus-pgbench.txt is two real runs of BenchmarkCitusPgbench
+// (one `go test` each, as make bench runs them; scale 10), logs included.
+func TestParsePgbenchRuns(t *testing.T) {
+	o := parseFile(t, "citus-pgbench.txt")
+	require.Equal(t, 2, o.Runs())
+	require.Equal(t, [][2]string{
+		{"github.com/shardmover/shardmover/scheduler", "BenchmarkCitusPgbench/shardmover"},
+		{"github.com/shardmover/shardmover/scheduler", "BenchmarkCitusPgbench/citus"},
+	}, o.Names())
+	sm := o.Of("github.com/shardmover/shardmover/scheduler", "BenchmarkCitusPgbench/shardmover")
+	require.Len(t, sm, 2)
+	v, _ := sm[1].Get("wall_s")
+	require.Equal(t, 17.58, v)
+	v, _ = sm[0].Get("max_txn_ms")
+	require.Equal(t, 111.6, v)
+	_, ok := o.Of("github.com/shardmover/shardmover/scheduler", "BenchmarkCitusPgbench/citus")[0].Get("max_cutover_ms")
+	require.False(t, ok, "Citus reports no cutover of its own")
+}
+
+// The headline table: both sides of each run next to each other, the
+// ratios of that run (each reading above 1 as shardmover better), and the
+// medians and the ratios' spread over the runs; then the 3x goal and the
+// slowest transaction as targets, ratios taken within each run.
+func TestHeadToHeadPgbench(t *testing.T) {
+	o := parseFile(t, "citus-pgbench.txt")
+	var buf bytes.Buffer
+	require.NoError(t, Render(&buf, Report{Output: o, HeadToHeads: DefaultHeadToHeads, SideBySides: DefaultSideBySides, Targets: DefaultTargets}))
+	doc := buf.String()
+	require.Contains(t, doc, "## Key figures\n\n### Rebalance of the pgbench layout under pgbench, shardmover and Citus: the same bytes moved\n")
+	require.Contains(t, doc, "| run | wall_s | moved_MB | moved_MB/s | tps_fraction | p99_txn_ms | max_txn_ms | errors | Citus ÷ shardmover wall_s | shardmover ÷ Citus moved_MB/s | Citus ÷ shardmover max_txn_ms |\n"+
+		"|---|---|---|---|---|---|---|---|---|---|---|\n")
+	// 56.07 / 11.49 = 4.88, 4.091 / 0.8404 = 4.87, 1125 / 111.6 = 10.08.
+	require.Contains(t, doc, "| 1 | 11.49 / 56.07 | 46.98 / 47.12 | 4.09 / 0.84 | 0.768 / 0.827 | 13.46 / 10.77 | 111.6 / 1125 | 0 / 0 | 4.88 | 4.87 | 10.08 |\n")
+	require.Contains(t, doc, "| 2 | 17.58 / 50.05 | 46.96 / 47.14 | 2.67 / 0.942 | 0.804 / 0.767 | 27.51 / 27.65 | 233.0 / 1353 | 0 / 0 | 2.85 | 2.84 | 5.81 |\n")
+	require.Contains(t, doc, "| all 2 runs: medians; ratios min / median / max | 14.54 / 53.06 | 46.97 / 47.13 | 3.38 / 0.891 | 0.786 / 0.797 | 20.48 / 19.21 | 172.3 / 1239 | 0 / 0 | 2.85 / 3.86 / 4.88 | 2.84 / 3.85 / 4.87 | 5.81 / 7.94 / 10.08 |\n")
+	require.Contains(t, doc, "| BenchmarkCitusPgbench/citus ÷ BenchmarkCitusPgbench/shardmover | wall_s | 2 | 2.85 | 3.86 | 4.88 | at least 3 | 1 of 2 runs |\n")
+	require.Contains(t, doc, "| BenchmarkCitusPgbench/citus ÷ BenchmarkCitusPgbench/shardmover | max_txn_ms | 2 | 5.81 | 7.94 | 10.08 | at least 1 | 2 of 2 runs |\n")
+	// The headline comes before the other key figures.
+	require.Less(t, strings.Index(doc, "### Rebalance of the pgbench layout"), strings.Index(doc, "### Cutover write pause"))
+
+	byRow := ratios(o)
+	require.InDeltaSlice(t, []float64{11.49 / 56.07, 17.58 / 50.05}, byRow["pgbench layout rebalance, shardmover ÷ Citus wall_s"], 1e-12)
+	require.InDeltaSlice(t, []float64{46.98 / 47.12, 46.96 / 47.14}, byRow["pgbench layout rebalance, shardmover ÷ Citus moved_MB"], 1e-12)
+}
+
+// A run with one side only shows the other as "—" and no ratio; a side
+// that never ran says why under the table, and its targets say so too.
+func TestHeadToHeadMissing(t *testing.T) {
+	b, err := os.ReadFile("testdata/citus-pgbench.txt")
+	require.NoError(t, err)
+	// The first run's lines only, its Citus side failed.
+	first, _, _ := strings.Cut(string(b), "PASS\n")
+	first, _, _ = strings.Cut(first, "BenchmarkCitusPgbench/citus-2")
+	in := first + "--- FAIL: BenchmarkCitusPgbench/citus\n    pgbench_bench_test.go:120: Citus's rebalance job 1\n"
+	o, err := Parse(strings.NewReader(in))
+	require.NoError(t, err)
+	var buf bytes.Buffer
+	require.NoError(t, Render(&buf, Report{Output: o, HeadToHeads: DefaultHeadToHeads, Targets: DefaultTargets}))
+	doc := buf.String()
+	require.Contains(t, doc, "| 1 | 11.49 / — | 46.98 / — | 4.09 / — | 0.768 / — | 13.46 / — | 111.6 / — | 0 / — | — | — | — |\n")
+	require.Contains(t, doc, "missing: BenchmarkCitusPgbench/citus failed: pgbench_bench_test.go:120: Citus's rebalance job 1\n")
+	require.Contains(t, doc, "| BenchmarkCitusPgbench/citus ÷ BenchmarkCitusPgbench/shardmover | wall_s | 0 | — | — | — | at least 3 | missing: BenchmarkCitusPgbench/citus failed: pgbench_bench_test.go:120: Citus's rebalance job 1 |\n")
+
+	o, err = Parse(strings.NewReader("pkg: s\n"))
+	require.NoError(t, err)
+	buf.Reset()
+	require.NoError(t, Render(&buf, Report{Output: o, HeadToHeads: DefaultHeadToHeads}))
+	require.Contains(t, buf.String(), "| — | — | — | — | — | — | — | — | — | — | — |\n\nmissing: BenchmarkCitusPgbench/shardmover is not in the output; BenchmarkCitusPgbench/citus is not in the output\n")
+}
+
+// testdata/citus-rebalance-rate.txt is one real run of BenchmarkCitusRebalance's
+// default and Citus sides (SHARDMOVER_BENCH_CITUS_MB=150), with moved_MB/s.
+// Its table opens saying the planners moved different bytes, the
+// wall-time ratio beside the bytes-per-second ratio; moved_MB/s's row
+// follows wall_s's.
+func TestGithubLayoutMovedDifferentBytes(t *testing.T) {
+	o := parseFile(t, "citus-rebalance-rate.txt")
+	var buf bytes.Buffer
+	require.NoError(t, Render(&buf, Report{Output: o, SideBySides: DefaultSideBySides}))
+	doc := buf.String()
+	// 88.08 / 8.217 = 10.72; 1.501 / 0.6899 = 2.18.
+	require.Contains(t, doc, "**The planners moved different bytes:** shardmover moved 12.34 MB and Citus 60.77 MB (moved_MB, medians), each in 10 groups (moved_groups). "+
+		"So the wall-time ratio (Citus's wall_s ÷ shardmover's, 10.72) compares different work; on bytes moved per second shardmover's moved_MB/s ÷ Citus's is 2.18 (medians of the ratios within each run).\n")
+	require.Contains(t, doc, "| wall_s | 8.22 / 8.22 / 8.22 | missing: BenchmarkCitusRebalance/shardmover-overlap is not in the output | missing: BenchmarkCitusRebalance/shardmover-streams is not in the output | 88.08 / 88.08 / 88.08 | 10.72 / 10.72 / 10.72 |\n"+
+		"| moved_MB/s | 1.50 / 1.50 / 1.50 | missing: BenchmarkCitusRebalance/shardmover-overlap is not in the output | missing: BenchmarkCitusRebalance/shardmover-streams is not in the output | 0.69 / 0.69 / 0.69 | 0.46 / 0.46 / 0.46 |\n")
+
+	// The older capture has no moved_MB/s: no sentence, the table as before.
+	o = parseFile(t, "citus-rebalance.txt")
+	buf.Reset()
+	require.NoError(t, Render(&buf, Report{Output: o, SideBySides: DefaultSideBySides}))
+	require.NotContains(t, buf.String(), "moved different bytes:**")
+	require.Contains(t, buf.String(), "| moved_MB/s | not reported | missing:")
+}
+
+// The same bytes on both sides (the pgbench runs' moved_MB, within a
+// tenth) are said so, with a level rate named level.
+func TestMovedSentenceSameBytes(t *testing.T) {
+	o := parseFile(t, "citus-pgbench.txt")
+	s := movedSentence(o, SideBySide{
+		Columns: []Column{{Name: "BenchmarkCitusPgbench/shardmover"}, {Name: "BenchmarkCitusPgbench/citus"}},
+		Moved:   &Moved{Bytes: "moved_MB", Groups: "moved_groups", Rate: "moved_MB/s", Wall: "wall_s", First: "shardmover", Last: "Citus"},
+	})
+	require.Equal(t, "Both sides moved about the same bytes: shardmover moved 46.97 MB and Citus 47.13 MB (moved_MB, medians), each in 5 groups (moved_groups); "+
+		"the wall-time ratio (Citus's wall_s ÷ shardmover's, 3.86) compares the same work, and on bytes moved per second shardmover's moved_MB/s ÷ Citus's is 3.85 (medians of the ratios within each run).", s)
+
+	// The medians of BenchmarkCitusRebalance in the BENCHMARKS.md of
+	// 2026-12-04 (make bench, 3 runs), as one run: a level rate.
+	in := "pkg: s\nBenchmarkCitusRebalance/shardmover-2 \t 1\t 5 ns/op\t 12.34 moved_MB\t 0.905 moved_MB/s\t 13.63 wall_s\n" +
+		"BenchmarkCitusRebalance/citus-2 \t 1\t 5 ns/op\t 60.77 moved_MB\t 0.919 moved_MB/s\t 66.09 wall_s\n"
+	o, err := Parse(strings.NewReader(in))
+	require.NoError(t, err)
+	s = movedSentence(o, DefaultSideBySides[2])
+	require.Equal(t, "**The planners moved different bytes:** shardmover moved 12.34 MB and Citus 60.77 MB (moved_MB, medians). "+
+		"So the wall-time ratio (Citus's wall_s ÷ shardmover's, 4.85) compares different work; "+
+		"on bytes moved per second the two are level: shardmover's moved_MB/s ÷ Citus's is 0.985 (medians of the ratios within each run).", s)
+}

@@ -17,8 +17,10 @@ type Report struct {
 	Env     []string // NAME=value sizes the command set
 	Took    time.Duration
 	Ratios  []Ratio
-	// SideBySides and Targets are the key figures' tables, computed from
-	// Output (DefaultSideBySides, DefaultTargets); none: no such section.
+	// HeadToHeads, SideBySides and Targets are the key figures' tables,
+	// computed from Output (DefaultHeadToHeads, DefaultSideBySides,
+	// DefaultTargets), in that order; none: no such section.
+	HeadToHeads []HeadToHead
 	SideBySides []SideBySide
 	Targets     []Target
 }
@@ -106,8 +108,11 @@ func Render(w io.Writer, r Report) error {
 		p("\n")
 	}
 
-	if len(r.SideBySides) > 0 || len(r.Targets) > 0 {
+	if len(r.HeadToHeads) > 0 || len(r.SideBySides) > 0 || len(r.Targets) > 0 {
 		p("## Key figures\n\n")
+		for _, h := range r.HeadToHeads {
+			renderHeadToHead(p, r.Output, h)
+		}
 		for _, t := range r.SideBySides {
 			renderSideBySide(p, r.Output, t)
 		}

@@ -51,7 +51,7 @@ func run(in, load, out, command, env string, took time.Duration) error {
 	if err := benchreport.Render(&buf, benchreport.Report{
 		Output: o, Facts: facts, Command: command, Env: strings.Fields(env), Took: took,
 		Ratios:      benchreport.Compare(o, benchreport.DefaultComparisons),
-		SideBySides: benchreport.DefaultSideBySides, Targets: benchreport.DefaultTargets,
+		HeadToHeads: benchreport.DefaultHeadToHeads, SideBySides: benchreport.DefaultSideBySides, Targets: benchreport.DefaultTargets,
 	}); err != nil {
 		return err
 	}
