@@ -298,13 +298,28 @@ func (c *Catalog) EnsureReferenceTables(ctx context.Context) error {
 	if !missing {
 		return nil
 	}
+	// Small reference tables are copied with their writes blocked for the
+	// copy (a moment, like a cutover's pause); Citus's default for a table
+	// with a replica identity is a logical replication of its own, whose
+	// fixed cost (a slot, a subscription, its catch-up) was seconds even
+	// for a few rows. Larger ones keep that online copy.
+	mode := "auto"
+	var bytes int64
+	if err := c.pool.QueryRow(ctx, `SELECT coalesce(sum(pg_catalog.citus_total_relation_size(p.logicalrelid)), 0)::int8
+			FROM pg_catalog.pg_dist_partition p WHERE p.repmodel = 't' AND p.partmethod = 'n'`).Scan(&bytes); err == nil && bytes <= smallReferenceTables {
+		mode = "block_writes"
+	}
 	ctx2, cancel := context.WithTimeout(ctx, 30*time.Minute)
 	defer cancel()
-	if _, err := c.pool.Exec(ctx2, "SELECT pg_catalog.replicate_reference_tables()"); err != nil {
-		return fmt.Errorf("copy Citus reference tables to the nodes that lack them (replicate_reference_tables()): %w", err)
+	if _, err := c.pool.Exec(ctx2, "SELECT pg_catalog.replicate_reference_tables(shard_transfer_mode := $1::citus.shard_transfer_mode)", mode); err != nil {
+		return fmt.Errorf("copy Citus reference tables to the nodes that lack them (replicate_reference_tables(%s)): %w", mode, err)
 	}
 	return nil
 }
+
+// smallReferenceTables is the most reference-table data (in all) that
+// EnsureReferenceTables copies with their writes blocked.
+const smallReferenceTables = 16 << 20
 
 // WhyNotMovable explains why shard id is in no movable shard group, or
 // returns "" when the catalog does not know it either.
