@@ -287,3 +287,34 @@ func TestCitusPartitionedTableIsRefusedUpFront(t *testing.T) {
 		assert.Zero(t, n, "nothing recorded")
 	}
 }
+
+// TestPreflightNamesWhatTheTargetLacks: on compat every node has its own
+// functions and roles, so a shard's trigger function or a role it grants
+// to may be missing on the target. Preflight must refuse the move naming
+// what to create there, before anything is created. (It passed, and the
+// move failed in setup with `function public.f() does not exist`, the
+// target's tables already made.)
+func TestPreflightNamesWhatTheTargetLacks(t *testing.T) {
+	ctx := context.Background()
+	c := newCluster(t, 4, 50, 200)
+	target := c.newNode(t)
+	shard, group := groupShard(t, c, 0)
+	eng := mover.New(testConfig(t), c.cat)
+	specs, err := eng.Resolve(ctx, []mover.Request{{ShardID: shard, Target: target}})
+	require.NoError(t, err)
+	m := metadata.Move{ShardTables: specs[0].ShardTables}
+	src := nodeOfGroup(t, c, group)
+	for _, stmt := range []string{
+		`CREATE ROLE only_on_source`,
+		`CREATE FUNCTION public.only_on_source() RETURNS trigger LANGUAGE plpgsql AS $$BEGIN RETURN NEW; END$$`,
+	} {
+		require.NoError(t, execOnShards(ctx, c, src, metadata.Move{ShardTables: specs[0].ShardTables[:1]}, stmt))
+	}
+	require.NoError(t, execOnShards(ctx, c, src, m, `CREATE TRIGGER %n BEFORE INSERT ON %s FOR EACH ROW EXECUTE FUNCTION public.only_on_source()`))
+	require.NoError(t, execOnShards(ctx, c, src, m, `GRANT SELECT ON %s TO only_on_source`))
+	err = eng.Preflight(ctx, specs[0])
+	require.Error(t, err)
+	assert.ErrorIs(t, err, metadata.ErrInvalid)
+	assert.Contains(t, err.Error(), "lacks the trigger function public.only_on_source()")
+	assert.Contains(t, err.Error(), "the role only_on_source")
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -247,8 +248,58 @@ func (e *Engine) checkNodes(ctx context.Context, m metadata.Move, src, dst metad
 		}
 	}
 	sp.mark("names")
+	if err := checkDependencies(ctx, sc, dc, tables, dst.Addr(), e.cat.Flavor() == metadata.Citus); err != nil {
+		return err
+	}
+	sp.mark("dependencies")
 	// Leftovers with this move's name are its own (a crashed attempt): the
 	// setup phase drops them through their cleanup records.
+	return nil
+}
+
+// checkDependencies refuses a move whose tables use, on the source, what
+// the target lacks: a trigger's function, a role named by a privilege or
+// a policy, a table a foreign key references outside the group. Citus
+// propagates functions and roles, and references from a group can only
+// be to reference tables, which a move copies to its target before its
+// tables (EnsureReferenceTables): so on Citus (citus) references are not
+// looked for. On compat each node has its own, and without this the move
+// failed in setup, having created the tables.
+func checkDependencies(ctx context.Context, sc, dc *pgx.Conn, tables []pgx.Identifier, dstAddr string, citus bool) error {
+	names := make([]string, len(tables))
+	for i, t := range tables {
+		names[i] = t.Sanitize()
+	}
+	var funcs, roles, refs []string
+	err := sc.QueryRow(ctx, `WITH t AS (SELECT pg_catalog.to_regclass(n) AS oid FROM unnest($1::text[]) n)
+		SELECT
+			ARRAY(SELECT DISTINCT pg_catalog.format('%I.%I(%s)', pn.nspname, p.proname, pg_catalog.pg_get_function_identity_arguments(p.oid))
+				FROM t JOIN pg_catalog.pg_trigger tg ON tg.tgrelid = t.oid AND NOT tg.tgisinternal
+				JOIN pg_catalog.pg_proc p ON p.oid = tg.tgfoid JOIN pg_catalog.pg_namespace pn ON pn.oid = p.pronamespace ORDER BY 1),
+			ARRAY(SELECT DISTINCT r.rolname::text FROM t JOIN pg_catalog.pg_class c ON c.oid = t.oid
+				CROSS JOIN LATERAL (SELECT x.grantee FROM pg_catalog.aclexplode(coalesce(c.relacl, pg_catalog.acldefault('r', c.relowner))) x
+					UNION SELECT c.relowner
+					UNION SELECT unnest(p.polroles) FROM pg_catalog.pg_policy p WHERE p.polrelid = c.oid) g(oid)
+				JOIN pg_catalog.pg_roles r ON r.oid = g.oid ORDER BY 1),
+			ARRAY(SELECT DISTINCT pg_catalog.format('%I.%I', rn.nspname, rc.relname)
+				FROM t JOIN pg_catalog.pg_constraint k ON k.conrelid = t.oid AND k.contype = 'f'
+				JOIN pg_catalog.pg_class rc ON rc.oid = k.confrelid JOIN pg_catalog.pg_namespace rn ON rn.oid = rc.relnamespace
+				WHERE k.confrelid NOT IN (SELECT oid FROM t WHERE oid IS NOT NULL) AND NOT $2 ORDER BY 1)`, names, citus).Scan(&funcs, &roles, &refs)
+	if err != nil {
+		return fmt.Errorf("read what the group's tables use on the source: %w", err)
+	}
+	var missing []string
+	err = dc.QueryRow(ctx, `SELECT ARRAY(
+			SELECT 'the trigger function ' || f FROM unnest($1::text[]) f WHERE pg_catalog.to_regprocedure(f) IS NULL
+			UNION ALL SELECT 'the role ' || pg_catalog.quote_ident(r) FROM unnest($2::text[]) r WHERE NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = r)
+			UNION ALL SELECT 'the table ' || x || ', which a foreign key references' FROM unnest($3::text[]) x WHERE pg_catalog.to_regclass(x) IS NULL)`,
+		funcs, roles, refs).Scan(&missing)
+	if err != nil {
+		return fmt.Errorf("look on the target %s for what the group's tables use: %w", dstAddr, err)
+	}
+	if len(missing) > 0 {
+		return invalidf("the target %s lacks %s, which the group's tables use on the source: create it there first", dstAddr, strings.Join(missing, ", "))
+	}
 	return nil
 }
 
