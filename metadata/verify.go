@@ -15,8 +15,9 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// Kinds of catalog findings (VerifyCatalog). The first six are problems;
-// kept and in_flight are information.
+// Kinds of catalog findings (VerifyCatalog). The first seven are problems
+// (an object finding is information when it says a table's objects could
+// not be compared); kept and in_flight are information.
 const (
 	// FindingPlacement: a shard with no placement or more than one, or a
 	// placement on a node group with no node, an inactive node, or no shard.
@@ -32,6 +33,12 @@ const (
 	// FindingOrphan: a fenced copy <shard>_moved_<moveid> whose move is
 	// finished (or unknown) and no deferred cleanup record names it.
 	FindingOrphan = "orphan"
+	// FindingObject: a shard placement that lacks an object (trigger,
+	// foreign key, policy, extended statistics, storage parameter) that the
+	// other shards of its table have, has one they do not, or has a
+	// different access method, row-level security or definition
+	// (verifyobjects.go).
+	FindingObject = "object"
 	// FindingUnreachable: a node that could not be checked.
 	FindingUnreachable = "unreachable"
 	// FindingKept: a fenced old copy recorded for deferred drop (fine).
@@ -49,7 +56,10 @@ type Finding struct {
 	Node    string `json:"node,omitempty"`
 	// Table is the schema-qualified table concerned, for people
 	// (DisplayQualifiedName).
-	Table   string `json:"table,omitempty"`
+	Table string `json:"table,omitempty"`
+	// Object names the object of an object finding, for people:
+	// `trigger "audit"`, `storage parameter fillfactor=70`.
+	Object  string `json:"object,omitempty"`
 	MoveID  int64  `json:"move_id,omitempty"`
 	Message string `json:"message"`
 	// Since is when the deferred cleanup record of a kept copy was written:
@@ -126,8 +136,11 @@ type catalogState struct {
 // its placement names and on no other primary node; no table of a
 // distributed table's name with an unknown shard id; no fenced copy
 // (<shard>_moved_<moveid>) that no deferred cleanup record keeps and no
-// unfinished move owns. It changes nothing. A node that cannot be reached is
-// a finding (a problem when it is active), not an error.
+// unfinished move owns; every placement has the objects (triggers, foreign
+// keys, policies, statistics, storage parameters, access method, row-level
+// security) the other shards of its table have (verifyobjects.go). It
+// changes nothing. A node that cannot be reached is a finding (a problem
+// when it is active), not an error.
 func (c *Catalog) VerifyCatalog(ctx context.Context) (CatalogReport, error) {
 	if err := c.requireInstalled(ctx); err != nil {
 		return CatalogReport{}, err
@@ -165,10 +178,13 @@ func (c *Catalog) VerifyCatalog(ctx context.Context) (CatalogReport, error) {
 	rep := CatalogReport{Shards: len(st.shards)}
 	rep.Findings = append(rep.Findings, checkPlacements(st)...)
 	rep.Findings = append(rep.Findings, checkRanges(st)...)
-	found, checked, nodeFindings := c.scanNodes(ctx, st)
+	found, checked, objs, nodeFindings := c.scanNodes(ctx, st)
 	rep.Nodes = len(checked)
 	rep.Findings = append(rep.Findings, nodeFindings...)
 	rep.Findings = append(rep.Findings, checkPresence(st, found, checked)...)
+	for _, t := range st.tables {
+		rep.Findings = append(rep.Findings, compareObjects(t.DisplayName(), objs[t.QualifiedName()])...)
+	}
 	return rep, nil
 }
 
@@ -284,11 +300,27 @@ func checkRanges(st catalogState) []Finding {
 // scanNodes lists the tables of every primary node in the schemas of the
 // distributed tables and classifies those that look like shards or fenced
 // copies. found maps a known shard id to the node groups holding its table;
-// checked holds the groups whose node answered.
-func (c *Catalog) scanNodes(ctx context.Context, st catalogState) (map[int64]map[int32]bool, map[int32]bool, []Finding) {
+// checked holds the groups whose node answered. On the same connection it
+// reads, in one batch, the objects of the shard tables there that their
+// placement names and no unfinished move holds: objs maps a distributed
+// table (Table.QualifiedName) to its shards' objects.
+func (c *Catalog) scanNodes(ctx context.Context, st catalogState) (map[int64]map[int32]bool, map[int32]bool, map[string][]shardObjects, []Finding) {
 	found := map[int64]map[int32]bool{}
 	checked := map[int32]bool{}
+	objs := map[string][]shardObjects{}
 	var out []Finding
+	placedOn := map[int64]int32{}
+	for _, p := range st.placements {
+		placedOn[p.ShardID] = p.GroupID
+	}
+	moving := map[int64]bool{}
+	for _, m := range st.moves {
+		if !m.Terminal() {
+			for _, id := range m.ShardIDs {
+				moving[id] = true
+			}
+		}
+	}
 	schemaSet := map[string]bool{}
 	tablesBySchema := map[string][]Table{}
 	for _, t := range st.tables {
@@ -322,15 +354,16 @@ func (c *Catalog) scanNodes(ctx context.Context, st catalogState) (map[int64]map
 			checked[n.GroupID] = true
 			continue
 		}
-		rels, err := c.nodeTables(ctx, n, schemas)
+		conn, rels, err := c.nodeTables(ctx, n, schemas)
 		if err != nil {
 			out = append(out, Finding{Kind: FindingUnreachable, Problem: n.IsActive, Node: n.Addr(),
 				Message: fmt.Sprintf("could not check %s: %v", n.Addr(), err)})
 			continue
 		}
 		checked[n.GroupID] = true
+		var placedHere []Shard // shard tables whose objects to read here
 		for _, r := range rels {
-			schema, rel := r[0], r[1]
+			schema, rel := r.schema, r.name
 			qualified := QualifiedName(pgx.Identifier{schema, rel})
 			display := DisplayQualifiedName(qualified)
 			if t, id, ok := shardLike(tablesBySchema[schema], rel); ok {
@@ -350,6 +383,9 @@ func (c *Catalog) scanNodes(ctx context.Context, st catalogState) (map[int64]map
 						found[s.ID] = map[int32]bool{}
 					}
 					found[s.ID][n.GroupID] = true
+					if r.kind == "r" && placedOn[s.ID] == n.GroupID && !moving[s.ID] {
+						placedHere = append(placedHere, s)
+					}
 				} else {
 					out = append(out, Finding{Kind: FindingUnknownShard, Problem: true, Node: n.Addr(), Table: display,
 						Message: fmt.Sprintf("%s on %s looks like a shard of %s, but pg_dist_shard has no shard %s of it", display, n.Addr(), t.DisplayName(), id)})
@@ -382,8 +418,20 @@ func (c *Catalog) scanNodes(ctx context.Context, st catalogState) (map[int64]map
 			out = append(out, Finding{Kind: FindingOrphan, Problem: true, Node: n.Addr(), Table: display, MoveID: moveID,
 				Message: fmt.Sprintf("%s on %s is an orphaned fenced copy: %s", display, n.Addr(), why)})
 		}
+		read, notRead, err := readShardObjects(ctx, conn, n.Addr(), placedHere)
+		conn.Close(ctx)
+		if err != nil {
+			out = append(out, Finding{Kind: FindingUnreachable, Problem: n.IsActive, Node: n.Addr(),
+				Message: fmt.Sprintf("could not read the objects of the shards on %s: %v", n.Addr(), err)})
+			continue
+		}
+		out = append(out, notRead...)
+		for _, so := range read {
+			key := pgx.Identifier{so.shard.Schema, so.shard.Table}.Sanitize()
+			objs[key] = append(objs[key], so)
+		}
 	}
-	return found, checked, out
+	return found, checked, objs, out
 }
 
 // normalizeQualified renders a journal name (quoted, or the older unquoted
@@ -431,25 +479,34 @@ func fencedOfTable(tables []Table, base string) bool {
 	return false
 }
 
-// nodeTables lists (schema, name) of the ordinary and partitioned tables of
-// the given schemas on a node.
-func (c *Catalog) nodeTables(ctx context.Context, n Node, schemas []string) ([][2]string, error) {
+// nodeRel is a table on a node: its schema, name and relkind.
+type nodeRel struct{ schema, name, kind string }
+
+// nodeTables connects to a node and lists the ordinary and partitioned
+// tables of the given schemas there. It returns the connection open, for
+// the caller to read more and close.
+func (c *Catalog) nodeTables(ctx context.Context, n Node, schemas []string) (*pgx.Conn, []nodeRel, error) {
 	conn, err := c.ConnectNode(ctx, n.Host, n.Port)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	defer conn.Close(ctx)
-	rows, err := conn.Query(ctx, `SELECT ns.nspname, cl.relname FROM pg_class cl
+	rows, err := conn.Query(ctx, `SELECT ns.nspname, cl.relname, cl.relkind::text FROM pg_class cl
 		JOIN pg_namespace ns ON ns.oid = cl.relnamespace
 		WHERE cl.relkind IN ('r', 'p') AND ns.nspname = ANY($1) ORDER BY 1, 2`, schemas)
 	if err != nil {
-		return nil, err
+		conn.Close(ctx)
+		return nil, nil, err
 	}
-	return pgx.CollectRows(rows, func(r pgx.CollectableRow) ([2]string, error) {
-		var x [2]string
-		err := r.Scan(&x[0], &x[1])
+	rels, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (nodeRel, error) {
+		var x nodeRel
+		err := r.Scan(&x.schema, &x.name, &x.kind)
 		return x, err
 	})
+	if err != nil {
+		conn.Close(ctx)
+		return nil, nil, err
+	}
+	return conn, rels, nil
 }
 
 // checkPresence compares where shard tables are with where placements say

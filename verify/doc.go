@@ -18,6 +18,17 @@
 //   - A selection naming a shard or group the catalogs do not have is an
 //     error wrapping metadata.ErrNotFound, returned before any data is read.
 //
+// Objects. The catalog checks include each placement's objects
+// (metadata.FindingObject): its triggers, foreign keys, policies, extended
+// statistics, storage parameters, access method and row-level security are
+// compared with those of the other shards of its table, read on every node
+// in one batch, names and definitions without the shard's own _<shardid>
+// suffix. An object that at least half of a table's shards have and one
+// lacks, one that fewer than half have, or a definition that differs from
+// the most common one is a problem naming the shard, its node and the
+// object. --all checks them too: a moved shard that lost its foreign keys
+// is as wrong as a missing placement.
+//
 // Which other copy. A shard has one placement; the only other copy of its
 // data shardmover knows of is the old, fenced table a finished move left on
 // its previous node (<shard>_moved_<moveid>, metadata.FencedName), kept

@@ -26,7 +26,9 @@ func newVerifyCmd(g *globals) *cobra.Command {
 		Short: "Check the catalogs against the nodes and, for a shard or group, its data against the old copy a move kept",
 		Long: `verify checks, for the whole cluster: one placement per shard on an active node; hash ranges
 covering the int32 space without gap or overlap; every shard table where its placement says
-and nowhere else; no tables of unknown shards and no orphaned _moved_ copies.
+and nowhere else; no tables of unknown shards and no orphaned _moved_ copies; every shard with
+the triggers, foreign keys, policies, statistics, storage parameters, access method and row-level
+security the other shards of its table have.
 With --shard or --group it also compares each shard's data (row count and an order-independent
 checksum) with the fenced old copy a finished move left behind, and lists the first differing
 primary keys. Writes made since that move also make them differ. --all (the default) checks the
