@@ -324,22 +324,28 @@ const smallReferenceTables = 16 << 20
 // WhyNotMovable explains why shard id is in no movable shard group, or
 // returns "" when the catalog does not know it either.
 func (c *Catalog) WhyNotMovable(ctx context.Context, id int64) (string, error) {
-	var table, partitioned string
+	var table, partitioned, otherAM, am string
 	var method, repmodel string
 	var colocation int32
+	colocated := `FROM ` + c.t("pg_dist_partition") + ` p2 JOIN pg_catalog.pg_class c2 ON c2.oid = p2.logicalrelid
+				WHERE (p2.logicalrelid = p.logicalrelid OR (p.colocationid <> 0 AND p2.colocationid = p.colocationid))`
 	err := c.pool.QueryRow(ctx, `SELECT s.logicalrelid::regclass::text, p.partmethod::text, p.repmodel::text, p.colocationid,
-			coalesce((SELECT p2.logicalrelid::regclass::text FROM `+c.t("pg_dist_partition")+` p2 JOIN pg_catalog.pg_class c2 ON c2.oid = p2.logicalrelid
-				WHERE (p2.logicalrelid = p.logicalrelid OR (p.colocationid <> 0 AND p2.colocationid = p.colocationid))
-				  AND (c2.relkind = 'p' OR c2.relispartition) ORDER BY c2.relkind <> 'p', p2.logicalrelid LIMIT 1), '')
+			coalesce((SELECT p2.logicalrelid::regclass::text `+colocated+`
+				  AND (c2.relkind = 'p' OR c2.relispartition) ORDER BY c2.relkind <> 'p', p2.logicalrelid LIMIT 1), ''),
+			coalesce((SELECT p2.logicalrelid::regclass::text || ' ' || a.amname `+strings.Replace(colocated, "WHERE", "JOIN pg_catalog.pg_am a ON a.oid = c2.relam WHERE", 1)+`
+				  AND a.amname <> 'heap' ORDER BY p2.logicalrelid LIMIT 1), '')
 		FROM `+c.t("pg_dist_shard")+` s JOIN `+c.t("pg_dist_partition")+` p ON p.logicalrelid = s.logicalrelid
-		WHERE s.shardid = $1`, id).Scan(&table, &method, &repmodel, &colocation, &partitioned)
+		WHERE s.shardid = $1`, id).Scan(&table, &method, &repmodel, &colocation, &partitioned, &otherAM)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return "", nil
 	case err != nil:
 		return "", err
 	}
+	otherAM, am, _ = strings.Cut(otherAM, " ")
 	switch {
+	case otherAM != "":
+		return fmt.Sprintf("shard %d belongs to %s, whose shard groups hold the shards of %s, a table of the %s access method, which cannot be moved by logical replication (columnar refuses inserts while it is published): move this group with citus_move_shard_placement(..., shard_transfer_mode := 'block_writes')", id, table, otherAM, am), nil
 	case partitioned != "":
 		return fmt.Sprintf("shard %d belongs to %s, whose shard groups hold the shards of the partitioned table %s (a parent and its partitions move together), and shardmover does not move partitioned tables yet: move this group with citus_move_shard_placement", id, table, partitioned), nil
 	case repmodel == "t":

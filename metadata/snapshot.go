@@ -122,11 +122,14 @@ func (c *Catalog) readColocations(ctx context.Context, q querier) ([]Colocation,
 func (c *Catalog) movable(p string) string {
 	// A partitioned table's shard group holds the parent's shard and every
 	// partition's, which move together or not at all; shardmover does not
-	// move them yet, so every group of a colocation that has one stays out
-	// (WhyNotMovable says why).
+	// move them yet. A table of another access method than heap (Citus's
+	// columnar refuses every INSERT while it is published, and takes no
+	// UPDATE at all) cannot be moved by logical replication. So every group
+	// of a colocation that has either stays out (WhyNotMovable says why).
 	unpartitioned := `NOT EXISTS (SELECT 1 FROM ` + c.t("pg_dist_partition") + ` p2 JOIN pg_catalog.pg_class c2 ON c2.oid = p2.logicalrelid
 			WHERE (p2.logicalrelid = ` + p + `.logicalrelid OR (` + p + `.colocationid <> 0 AND p2.colocationid = ` + p + `.colocationid))
-			  AND (c2.relkind = 'p' OR c2.relispartition))`
+			  AND (c2.relkind = 'p' OR c2.relispartition
+				OR (c2.relam <> 0 AND c2.relam <> (SELECT a.oid FROM pg_catalog.pg_am a WHERE a.amname = 'heap'))))`
 	if c.flavor != Citus {
 		return unpartitioned
 	}

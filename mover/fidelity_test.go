@@ -318,3 +318,49 @@ func TestPreflightNamesWhatTheTargetLacks(t *testing.T) {
 	assert.Contains(t, err.Error(), "lacks the trigger function public.only_on_source()")
 	assert.Contains(t, err.Error(), "the role only_on_source")
 }
+
+// TestCitusColumnarIsRefusedUpFront: Citus's columnar access method
+// refuses every INSERT into a table that is published ("cannot insert
+// into columnar table that is a part of a publication") and takes no
+// UPDATE at all, so a move by logical replication would fail the
+// application's writes to it for the whole move. Its groups, and every
+// group colocated with it, stay out of plans, and a move of one is
+// refused up front naming the access method and what to use instead.
+func TestCitusColumnarIsRefusedUpFront(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	sb, cat := sandboxtest.NewCitus(t, 2)
+	coord, err := pgx.Connect(ctx, sb.Coordinator().DSN())
+	require.NoError(t, err)
+	defer coord.Close(ctx)
+	for _, stmt := range []string{
+		`CREATE EXTENSION IF NOT EXISTS citus_columnar`,
+		`CREATE TABLE facts (id bigint, v text) USING columnar`,
+		`SELECT create_distributed_table('facts', 'id', shard_count := 4, colocate_with := 'none')`,
+		`INSERT INTO facts SELECT g, 'v' FROM generate_series(1, 100) g`,
+		`CREATE TABLE plain (id bigint PRIMARY KEY)`,
+		`SELECT create_distributed_table('plain', 'id', shard_count := 4, colocate_with := 'none')`,
+	} {
+		_, err := coord.Exec(ctx, stmt)
+		require.NoError(t, err, stmt)
+	}
+	_, err = sb.AddNode(ctx)
+	require.NoError(t, err)
+	cl, err := cat.Snapshot(ctx, metadata.SnapshotOptions{SkipSizes: true})
+	require.NoError(t, err)
+	require.NotEmpty(t, cl.Groups)
+	for _, g := range cl.Groups {
+		for _, tb := range g.Tables {
+			assert.NotContains(t, tb, "facts", "a columnar table's group must stay out of the snapshot plans are made from")
+		}
+	}
+	nodes, err := cat.Nodes(ctx)
+	require.NoError(t, err)
+	var shard int64
+	require.NoError(t, coord.QueryRow(ctx, `SELECT min(shardid) FROM pg_dist_shard WHERE logicalrelid = 'facts'::regclass`).Scan(&shard))
+	_, err = mover.New(testConfig(t), cat).Resolve(ctx, []mover.Request{{ShardID: shard, Target: nodes[len(nodes)-1]}})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "columnar access method")
+	assert.Contains(t, err.Error(), "block_writes")
+	assert.ErrorIs(t, err, metadata.ErrInvalid)
+}
