@@ -311,7 +311,9 @@ func (c *Catalog) EnsureReferenceTables(ctx context.Context) error {
 	}
 	ctx2, cancel := context.WithTimeout(ctx, 30*time.Minute)
 	defer cancel()
-	if _, err := c.pool.Exec(ctx2, "SELECT pg_catalog.replicate_reference_tables(shard_transfer_mode := $1::citus.shard_transfer_mode)", mode); err != nil {
+	// The mode as a literal, not a parameter cast to its type: the type
+	// lives in schema citus, on which a least-privileged role has no USAGE.
+	if _, err := c.pool.Exec(ctx2, "SELECT pg_catalog.replicate_reference_tables(shard_transfer_mode := '"+mode+"')"); err != nil {
 		return fmt.Errorf("copy Citus reference tables to the nodes that lack them (replicate_reference_tables(%s)): %w", mode, err)
 	}
 	return nil
