@@ -6,9 +6,16 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"slices"
 	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"go.uber.org/zap"
 )
 
 // StatusSchemaVersion is the version of the Status JSON document.
@@ -272,3 +279,119 @@ func ReadStatus(r io.Reader) (Status, error) {
 
 // String names a status node for messages.
 func (n StatusNode) String() string { return fmt.Sprintf("node %d (%s)", n.ID, n.Addr) }
+
+// WithNodeTimeouts returns a view of the catalog (sharing its coordinator
+// connections: close only the original) whose sessions on nodes run with
+// lock_timeout = lock and statement_timeout = statement: a read-only
+// command (status) measuring a node whose shards a prepared transaction
+// holds locked gets an error within lock instead of waiting with no bound.
+func (c *Catalog) WithNodeTimeouts(lock, statement time.Duration) *Catalog {
+	cp := *c
+	cp.nodeOver = maps.Clone(c.nodeOver)
+	if cp.nodeOver == nil {
+		cp.nodeOver = ConnSettings{}
+	}
+	base := c.coord.Merge(c.nodeOver)["options"]
+	cp.nodeOver["options"] = strings.TrimSpace(fmt.Sprintf("%s -c lock_timeout=%d -c statement_timeout=%d", base, lock.Milliseconds(), statement.Milliseconds()))
+	return &cp
+}
+
+// NodeFence is a shardmover fence (prepared transaction
+// shardmover_<move>_<epoch>) found on a node.
+type NodeFence struct {
+	Node   Node
+	GID    string
+	MoveID int64
+	Age    time.Duration
+}
+
+// NodeFences reads the shardmover fences prepared on each active primary
+// node of nodes, each node's read bounded by timeout; a node that cannot
+// be read is left out.
+func (c *Catalog) NodeFences(ctx context.Context, nodes []Node, timeout time.Duration) []NodeFence {
+	var out []NodeFence
+	for _, n := range nodes {
+		if !n.IsActive || (n.Role != "primary" && n.Role != "") {
+			continue
+		}
+		nctx, cancel := context.WithTimeout(ctx, timeout)
+		fs, err := c.nodeFences(nctx, n)
+		cancel()
+		if err != nil {
+			c.log.Debug("could not read the prepared transactions of a node", zap.String("node", n.Addr()), zap.Error(err))
+			continue
+		}
+		out = append(out, fs...)
+	}
+	return out
+}
+
+func (c *Catalog) nodeFences(ctx context.Context, n Node) ([]NodeFence, error) {
+	conn, err := c.ConnectNode(ctx, n.Host, n.Port)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	rows, err := conn.Query(ctx, `SELECT gid, (extract(epoch FROM now() - prepared) * 1000)::bigint FROM pg_catalog.pg_prepared_xacts
+		WHERE starts_with(gid, 'shardmover_') AND database = current_database() ORDER BY prepared`)
+	if err != nil {
+		return nil, err
+	}
+	var out []NodeFence
+	var gid string
+	var ms int64
+	_, err = pgx.ForEachRow(rows, []any{&gid, &ms}, func() error {
+		id, ok := fenceMove(gid)
+		if ok {
+			out = append(out, NodeFence{Node: n, GID: gid, MoveID: id, Age: time.Duration(ms) * time.Millisecond})
+		}
+		return nil
+	})
+	return out, err
+}
+
+// fenceMove reads the move id of a fence's gid: shardmover_<id>_<epoch>,
+// or the older shardmover_<id>.
+func fenceMove(gid string) (int64, bool) {
+	rest, ok := strings.CutPrefix(gid, "shardmover_")
+	if !ok {
+		return 0, false
+	}
+	idText, _, _ := strings.Cut(rest, "_")
+	id, err := strconv.ParseInt(idText, 10, 64)
+	return id, err == nil && id > 0
+}
+
+// NoteFences says in st's warnings which node's shards a prepared fence
+// holds locked: each node's size warning (its shards could not be read,
+// the read having met the fence's lock) says so instead of the lock
+// timeout, and each fence gets a sentence of its own.
+func (st *Status) NoteFences(fences []NodeFence) {
+	if len(fences) == 0 {
+		return
+	}
+	byAddr := map[string][]NodeFence{}
+	for _, f := range fences {
+		byAddr[f.Node.Addr()] = append(byAddr[f.Node.Addr()], f)
+	}
+	st.Warnings = slices.Clone(st.Warnings)
+	for i, w := range st.Warnings {
+		for addr, fs := range byAddr {
+			if strings.HasPrefix(w, "sizes on "+addr+" unknown:") {
+				st.Warnings[i] = "sizes on " + addr + " unknown: locked by " + describeFences(fs)
+			}
+		}
+	}
+	for _, f := range fences {
+		st.Warnings = append(st.Warnings, fmt.Sprintf("%s: the shards of move %d are locked by its prepared fence %s (prepared %s ago); reads and writes of them wait until it is settled, which its mover does, or else `shardmover cleanup` or any running daemon (a fence whose mover is gone is settled within seconds)",
+			f.Node.Addr(), f.MoveID, f.GID, f.Age.Round(time.Second)))
+	}
+}
+
+func describeFences(fs []NodeFence) string {
+	parts := make([]string, len(fs))
+	for i, f := range fs {
+		parts[i] = fmt.Sprintf("a prepared fence of move %d (%s, prepared %s ago)", f.MoveID, f.GID, f.Age.Round(time.Second))
+	}
+	return strings.Join(parts, " and ")
+}

@@ -246,8 +246,18 @@ func finishIdentityColumns(ctx context.Context, dst *pgx.Conn, t pgx.Identifier,
 	return nil
 }
 
-// carryOver applies the slot up to the source's current WAL position.
+// carryOver carries what the source took after the decision (its fence
+// had been rolled back, and is established again by now) to the target,
+// up to the source's current WAL position, without overwriting a row the
+// target took since the decision (replication.CarryOver says how that is
+// told). On a conflict nothing is carried: the rows are named, the error
+// is recorded on the move (which stays in cleanup, its slot kept), and the
+// error is permanent: a retry would find the same rows. It is settled by
+// making each named row the same on both sides (the target's row, or the
+// source's in its fenced table); the next run skips such rows.
 func (r *run) carryOver(ctx context.Context, m metadata.Move) error {
+	// The carry-over reads the slot and binds the origin itself.
+	r.stopStream()
 	src, err := r.e.connect(ctx, r.source)
 	if err != nil {
 		return err
@@ -261,21 +271,51 @@ func (r *run) carryOver(ctx context.Context, m metadata.Move) error {
 	if err != nil {
 		return err
 	}
+	// The slot is read only as far as the WAL is flushed.
 	if err := flushWAL(ctx, src); err != nil {
 		return err
 	}
-	if err := r.startStream(ctx, m); err != nil {
-		return err
+	// A change reaches the slot under the name its table had then: its
+	// own (while the fence was gone), or its fenced name (a change made
+	// since, by an operator settling a conflict).
+	tables := map[string]pgx.Identifier{}
+	for _, t := range shardIdents(m) {
+		tables[t.Sanitize()] = t
+		tables[pgx.Identifier{t[0], movedName(t[1], m.ID)}.Sanitize()] = t
 	}
-	wctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
-	if err := r.stream.WaitFor(wctx, lsn); err != nil {
-		if serr := r.streamErr(); serr != nil {
-			return serr
+	res, err := replication.CarryOver(cctx, replication.CarryOptions{
+		SourceDSN: r.e.dsn(r.source), TargetDSN: r.e.dsn(r.target),
+		Slot: m.Name(), Publication: m.Name(), Origin: m.Name(),
+		UpTo: lsn, Tables: tables, Logger: r.log,
+	})
+	if errors.Is(err, replication.ErrConflict) {
+		r.log.Error("the source took writes after the decision that would overwrite newer rows on the target; nothing was carried over, the slot is kept", zap.Error(err))
+		why := fmt.Sprintf("carry-over stopped: %v. Nothing was overwritten and the slot keeps every change. For each row, decide which value is right and make both sides hold it: the target's table, or the source's old shard (%s); then resume the job: rows both sides agree on are skipped", err, r.oldShardNames(m))
+		if rerr := r.e.cat.SetPhaseLeased(context.WithoutCancel(ctx), r.lease, m.ID, Cleanup.String(), Cleanup.String(), "carry-over stopped on conflicting rows", why); rerr != nil {
+			r.log.Warn("could not record the carry-over's conflict on the move", zap.Error(rerr))
 		}
+		return permanent(errors.New(why))
+	}
+	if err != nil {
 		return err
 	}
+	r.log.Info("carry-over done", zap.Int("transactions", res.Transactions), zap.Int("applied", res.Applied), zap.Int("skipped", res.Skipped))
 	return nil
+}
+
+// oldShardNames names the move's old shards on the source: on compat
+// their fenced names, on Citus their own (the fence renames nothing).
+func (r *run) oldShardNames(m metadata.Move) string {
+	var out []string
+	for _, t := range shardIdents(m) {
+		if !r.citus() {
+			t = pgx.Identifier{t[0], movedName(t[1], m.ID)}
+		}
+		out = append(out, t.Sanitize())
+	}
+	return strings.Join(out, ", ") + " on " + r.source.Addr()
 }
 
 // fail ends a move that has not reached its decision: everything it created

@@ -304,11 +304,23 @@ func (e *Engine) dsn(n metadata.Node) string {
 // on every node by the recovery rule: the move's decision is settled by a
 // read that cannot miss one in flight (metadata.SettleDecision), then the
 // fence of a committed decision is committed and every other rolled back.
+// Then it settles every decided move still in cleanup (or owing a
+// carry-over) that no mover holds, which notices a fence that is missing
+// rather than prepared: someone rolled it back after the decision. Its
+// settlement re-establishes the fence and records the carry-over as due
+// (recoverCommitted). Every fence and move is settled under the move's
+// lease, so a live mover's are never touched.
 // A node that cannot be reached is skipped with a warning (its fences stay
 // until it is back and a later Recover, cleanup or the move itself settles
 // them): one node down must not stop every other move. It runs at every
-// mover start.
-func (e *Engine) Recover(ctx context.Context) error {
+// mover start, `shardmover cleanup` and the daemon's sweep; SettleOrphans
+// is its quick part, which every daemon runs every few seconds.
+func (e *Engine) Recover(ctx context.Context) error { return e.recover(ctx, 0, false) }
+
+// recover is Recover (quick false, every fence) and SettleOrphans (quick,
+// fences prepared olderThan ago, decided moves only where a read shows
+// their fence gone).
+func (e *Engine) recover(ctx context.Context, olderThan time.Duration, quick bool) error {
 	nodes, err := e.nodes(ctx)
 	if err != nil {
 		return err
@@ -326,25 +338,32 @@ func (e *Engine) Recover(ctx context.Context) error {
 		if !n.IsActive {
 			continue
 		}
-		err := e.recoverNode(ctx, n)
+		err := e.recoverNode(ctx, n, olderThan)
 		switch {
 		case err == nil:
 		case errors.Is(err, metadata.ErrUnreachable):
-			e.log.Warn("node unreachable; its prepared transactions are settled when it is back", zap.String("node", n.Addr()), zap.Error(err))
+			if !quick {
+				e.log.Warn("node unreachable; its prepared transactions are settled when it is back", zap.String("node", n.Addr()), zap.Error(err))
+			}
 		default:
 			errs = append(errs, fmt.Errorf("recover prepared transactions on %s: %w", n.Addr(), err))
 		}
 	}
+	if err := e.recoverCommitted(ctx, quick); err != nil {
+		errs = append(errs, err)
+	}
 	return errors.Join(errs...)
 }
 
-func (e *Engine) recoverNode(ctx context.Context, n metadata.Node) (err error) {
+// recoverNode settles the fences on node n prepared at least olderThan
+// ago whose moves no mover holds.
+func (e *Engine) recoverNode(ctx context.Context, n metadata.Node, olderThan time.Duration) (err error) {
 	conn, err := e.session(ctx, n)
 	if err != nil {
 		return err
 	}
 	defer e.release(n, conn, &err)
-	gids, err := fences(ctx, conn, 0)
+	gids, err := fencesOlder(ctx, conn, 0, olderThan)
 	if err != nil {
 		return err
 	}

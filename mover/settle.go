@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -58,8 +59,14 @@ func parseFenceGID(gid string) (id, epoch int64, ok bool) {
 // fences lists the fences on conn's node: of move id, or of every move
 // (id 0), by move then epoch.
 func fences(ctx context.Context, conn *pgx.Conn, id int64) ([]string, error) {
+	return fencesOlder(ctx, conn, id, 0)
+}
+
+// fencesOlder is fences, leaving out those prepared less than age ago.
+func fencesOlder(ctx context.Context, conn *pgx.Conn, id int64, age time.Duration) ([]string, error) {
 	rows, err := conn.Query(ctx, `SELECT gid FROM pg_prepared_xacts
-		WHERE starts_with(gid, 'shardmover_') AND database = current_database()`)
+		WHERE starts_with(gid, 'shardmover_') AND database = current_database()
+		AND prepared <= now() - $1::bigint * interval '1 millisecond'`, age.Milliseconds())
 	if err != nil {
 		return nil, fmt.Errorf("list prepared transactions: %w", err)
 	}
@@ -200,12 +207,22 @@ func (r *run) settleOnce(ctx context.Context, m metadata.Move) (st metadata.Sett
 		// On Citus the fence renames nothing: with it gone, the source's
 		// own placements may have routed writes to the old shards until
 		// syncSourcePlacements below points them at the target again. The
-		// slot still holds what they wrote: cleanup carries it over.
-		if err := r.e.cat.SetCarryOverDue(ctx, r.lease, m.ID, true); err != nil {
+		// slot still holds what they wrote: cleanup carries it over. A
+		// fence committed earlier flipped those placements, so a source
+		// still placing the group on itself is what tells a fence rolled
+		// back from one simply settled before (this settlement runs at
+		// every recovery, and must not record a carry-over each time).
+		stale, err := r.sourcePlacesOnItself(ctx, m, src)
+		if err != nil {
 			return st, true, err
 		}
-		r.carryOverDue = true
-		r.log.Error("the fence of a committed cutover was gone on the source; its placements are pointed at the target again and what the old shards took meanwhile is carried over", zap.Strings("tables", m.ShardTables))
+		if stale {
+			if err := r.e.cat.SetCarryOverDue(ctx, r.lease, m.ID, true); err != nil {
+				return st, true, err
+			}
+			r.carryOverDue = true
+			r.log.Error("the fence of a committed cutover was gone on the source; its placements are pointed at the target again and what the old shards took meanwhile is carried over", zap.Strings("tables", m.ShardTables))
+		}
 	}
 	if st.Committed && !found && !r.citus() {
 		open, err := unfenced(ctx, src, m)
@@ -258,6 +275,12 @@ func unfenced(ctx context.Context, src *pgx.Conn, m metadata.Move) ([]pgx.Identi
 	return open, nil
 }
 
+// refenceLockWait bounds how long the re-fence waits for the lock of an
+// old shard: the reads and writes that come after it queue behind it. Past
+// it the settlement fails and is tried again (the mover's backoff, the
+// next recovery).
+const refenceLockWait = 2 * time.Second
+
 // refence gives the old shards open their fenced names again, under
 // ACCESS EXCLUSIVE, in one transaction.
 func refence(ctx context.Context, src *pgx.Conn, m metadata.Move, open []pgx.Identifier) error {
@@ -266,6 +289,9 @@ func refence(ctx context.Context, src *pgx.Conn, m metadata.Move, open []pgx.Ide
 		return err
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	if _, err := tx.Exec(ctx, "SELECT set_config('lock_timeout', $1, true)", fmt.Sprintf("%dms", refenceLockWait.Milliseconds())); err != nil {
+		return fmt.Errorf("re-fence: %w", err)
+	}
 	for _, t := range open {
 		if _, err := pgsql.ExecOne(ctx, tx.Conn(), "LOCK TABLE "+t.Sanitize()+" IN ACCESS EXCLUSIVE MODE"); err != nil {
 			return fmt.Errorf("re-fence %s: %w", t.Sanitize(), err)
@@ -278,4 +304,157 @@ func refence(ctx context.Context, src *pgx.Conn, m metadata.Move, open []pgx.Ide
 		return fmt.Errorf("re-fence: %w", err)
 	}
 	return nil
+}
+
+// recoverCommitted settles every committed move that no mover holds and
+// that is still in cleanup or owes a carry-over (docs/design.md 5.1, "Who
+// settles"): its settlement re-establishes a fence someone rolled back
+// (recording the carry-over as due first), so stale clients stop writing
+// to the old shards now, not when the move is next resumed; the move's
+// own cleanup carries over what they wrote. A move a mover holds is left
+// to it. With quick, only moves whose old shards are found back under
+// their own names on a compat source are settled (a read, no lease, for
+// every other move: cheap enough for every few seconds).
+func (e *Engine) recoverCommitted(ctx context.Context, quick bool) error {
+	if quick && e.cat.Flavor() == metadata.Citus {
+		return nil // the fence renames nothing there: nothing to see cheaply
+	}
+	moves, err := e.cat.Moves(ctx, metadata.MoveFilter{ActiveOnly: true})
+	if err != nil {
+		return err
+	}
+	var nodes map[int32]metadata.Node
+	var errs []error
+	for _, m := range moves {
+		if m.CarriedBy != 0 || !m.CutoverCommitted || (m.Phase != metadata.PhaseCleanup && !m.CarryOverDue) {
+			continue
+		}
+		if quick {
+			if nodes == nil {
+				if nodes, err = e.nodes(ctx); err != nil {
+					return err
+				}
+			}
+			open, err := e.unfencedOn(ctx, nodes, m)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("look for the fence of move %d: %w", m.ID, err))
+				continue
+			}
+			if !open {
+				continue
+			}
+		}
+		err := e.settleCommitted(ctx, m.ID)
+		switch {
+		case err == nil:
+		case errors.Is(err, metadata.ErrUnreachable):
+			if !quick {
+				e.log.Warn("a node of a decided move is unreachable; its fence is checked again when it is back", zap.Int64("move_id", m.ID), zap.Error(err))
+			}
+		case quick:
+			errs = append(errs, fmt.Errorf("settle the fence of move %d: %w", m.ID, err))
+		default:
+			// One decided move that cannot be settled now must not keep
+			// every job from starting (RunJob recovers first): its own
+			// run meets the same error and reports it.
+			e.log.Warn("could not settle the fence of a decided move; its own run, or the next recovery, tries again", zap.Int64("move_id", m.ID), zap.Error(err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// unfencedOn reports whether any of move m's stream's old shards is back
+// under its own name on its (compat) source.
+func (e *Engine) unfencedOn(ctx context.Context, nodes map[int32]metadata.Node, m metadata.Move) (bool, error) {
+	src, ok := nodes[m.SourceGroup]
+	if !ok || !src.IsActive {
+		return false, nil
+	}
+	ms, err := e.cat.Stream(ctx, m.ID)
+	if err != nil {
+		return false, err
+	}
+	view := ms[0]
+	view.ShardTables = slices.Clone(view.ShardTables)
+	for _, x := range ms[1:] {
+		view.ShardTables = append(view.ShardTables, x.ShardTables...)
+	}
+	conn, err := e.session(ctx, src)
+	if err != nil {
+		if errors.Is(err, metadata.ErrUnreachable) {
+			return false, nil
+		}
+		return false, err
+	}
+	defer e.release(src, conn, &err)
+	open, err := unfenced(ctx, conn, view)
+	return len(open) > 0, err
+}
+
+// settleCommitted takes move id's lease (when no mover holds it) and
+// settles its decision and fences once, as its own run would: for a
+// committed decision whose fence is gone, the fence is re-established and
+// the carry-over recorded as due.
+func (e *Engine) settleCommitted(ctx context.Context, id int64) error {
+	lease, ok, err := e.cat.TryLease(ctx, id)
+	if err != nil || !ok {
+		return err
+	}
+	r := &run{e: e, id: id, lease: lease, log: e.log.With(zap.Int64("move_id", id)), cutoverBackoff: e.cfg.CutoverBackoff}
+	defer func() { r.lease.Release(context.WithoutCancel(ctx)) }()
+	defer r.close()
+	view, err := r.readStream(ctx)
+	if err != nil {
+		return err
+	}
+	if view.Terminal() || !view.CutoverCommitted {
+		return nil
+	}
+	if err := r.resolveNodes(ctx, view); err != nil {
+		return err
+	}
+	if _, _, err := r.settleOnce(ctx, view); err != nil {
+		return err
+	}
+	if r.carryOverDue {
+		r.log.Info("recovery re-established the fence of a decided move; its cleanup carries over what the source took meanwhile (resume its job)")
+	}
+	return nil
+}
+
+// OrphanAge is how old a fence must be before SettleOrphans looks at it:
+// a live cutover holds its fence for at most its write pause (2 s by
+// default), and its mover holds the move's lease all along anyway.
+const OrphanAge = 3 * time.Second
+
+// SettleOrphans is the quick part of Recover, cheap enough to run every
+// few seconds (every daemon does, docs/design.md 9): on every active node
+// it settles, by the recovery rule, each fence prepared more than
+// olderThan ago whose move no mover holds (a mover that died between
+// PREPARE and its decision leaves the source's shards locked: on compat
+// even reads wait), and on compat it re-establishes the fence of a decided
+// move whose old shards are back under their own names. A node that
+// cannot be reached is skipped.
+func (e *Engine) SettleOrphans(ctx context.Context, olderThan time.Duration) error {
+	return e.recover(ctx, olderThan, true)
+}
+
+// sourcePlacesOnItself reports whether the source's own Citus metadata
+// still places a shard of move m's group on the source (its fence, which
+// flips them there, was rolled back). A source without metadata routes
+// nothing.
+func (r *run) sourcePlacesOnItself(ctx context.Context, m metadata.Move, src *pgx.Conn) (bool, error) {
+	if !r.sourceHasMetadata(ctx) {
+		return false, nil
+	}
+	placed, err := metadata.NodePlacements(ctx, src)
+	if err != nil {
+		return false, err
+	}
+	for _, id := range m.ShardIDs {
+		if g, ok := placed[id]; ok && g == m.SourceGroup {
+			return true, nil
+		}
+	}
+	return false, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -187,7 +188,11 @@ func connectReplication(ctx context.Context, cfg *pgconn.Config, appName string)
 // before this call). Creating the slot waits until every transaction
 // running on the source when it started has finished (and, under constant
 // load, for the next running-transactions record, which the source logs
-// every 15 s), so bound ctx accordingly.
+// every 15 s), so bound ctx accordingly. A prepared transaction counts,
+// in any database, and ends only when someone ends it: while the source
+// holds one older than StuckPreparedAge, before or during the creation,
+// CreateSlot returns at once an ErrStuckPrepared error naming each (gid,
+// database, owner, age) and saying how to end it.
 func CreateSlot(ctx context.Context, sourceDSN, slot string) (*Snapshot, error) {
 	return createExportingSlot(ctx, sourceDSN, slot, false)
 }
@@ -207,6 +212,18 @@ func createExportingSlot(ctx context.Context, sourceDSN, slot string, temporary 
 	if temporary {
 		what, kind = "temporary slot", " TEMPORARY"
 	}
+	// A new slot waits for every transaction running on the source, in
+	// any database, to end; a prepared one that nobody finishes holds it
+	// forever. So old ones are named and refused before, and looked for
+	// while the slot is being created (watchPrepared).
+	chk, err := connectPlain(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer closeConn(chk)
+	if stuck, err := stuckPrepared(ctx, chk, addr(cfg)); err != nil || stuck != nil {
+		return nil, errors.Join(stuck, err)
+	}
 	conn, err := connectReplication(ctx, cfg, slot)
 	if err != nil {
 		if temporary && pgCode(err) == "53300" { // too_many_connections: no WAL sender left
@@ -215,9 +232,16 @@ func createExportingSlot(ctx context.Context, sourceDSN, slot string, temporary 
 		return nil, err
 	}
 	// The name is validated above: replication commands take no parameters.
-	res, err := pglogrepl.ParseCreateReplicationSlot(conn.Exec(ctx, "CREATE_REPLICATION_SLOT "+slot+kind+" LOGICAL pgoutput EXPORT_SNAPSHOT"))
+	cctx, stuck := watchPrepared(ctx, chk, addr(cfg))
+	res, err := pglogrepl.ParseCreateReplicationSlot(conn.Exec(cctx, "CREATE_REPLICATION_SLOT "+slot+kind+" LOGICAL pgoutput EXPORT_SNAPSHOT"))
+	if serr := stuck(); serr != nil && err != nil {
+		err = serr
+	}
 	if err != nil {
 		conn.Close(context.Background())
+		if errors.Is(err, ErrStuckPrepared) {
+			return nil, err
+		}
 		switch {
 		case temporary && pgCode(err) == "53400": // configuration_limit_exceeded: all replication slots are in use
 			return nil, fmt.Errorf("%w: every replication slot of %s is in use (max_replication_slots); a temporary slot needs one more: %w", ErrNoFreeSlot, addr(cfg), err)
@@ -238,6 +262,104 @@ func createExportingSlot(ctx context.Context, sourceDSN, slot string, temporary 
 		return nil, err
 	}
 	return &Snapshot{Slot: slot, Name: res.SnapshotName, ConsistentLSN: lsn, conn: conn}, nil
+}
+
+// ErrStuckPrepared is returned (wrapped) by CreateSlot and
+// CreateTemporarySlot when the source holds a prepared transaction older
+// than StuckPreparedAge: a new slot waits for it to end, and a prepared
+// transaction ends only when someone commits or rolls it back. The error
+// names each one and says how to end it. It is not permanent: once they
+// are ended, creating the slot succeeds.
+var ErrStuckPrepared = errors.New("the source holds prepared transactions a new replication slot would wait for")
+
+// StuckPreparedAge is the age past which a prepared transaction counts as
+// stuck: Citus prepares its own for milliseconds under load, a cutover's
+// fence lasts at most its write pause.
+const StuckPreparedAge = 10 * time.Second
+
+// connectPlain opens an ordinary (not replication) session on the server
+// of cfg.
+func connectPlain(ctx context.Context, cfg *pgconn.Config) (*pgconn.PgConn, error) {
+	cfg = cfg.Copy()
+	withSessionParams(cfg, "shardmover")
+	conn, err := pgconn.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("connect to %s: %w", addr(cfg), err)
+	}
+	return conn, nil
+}
+
+// stuckPrepared reads the prepared transactions on conn's server older
+// than StuckPreparedAge and returns an ErrStuckPrepared error naming them
+// (stuck nil: none); err is a failed read.
+func stuckPrepared(ctx context.Context, conn *pgconn.PgConn, server string) (stuck, err error) {
+	res := conn.ExecParams(ctx, `SELECT gid, database, owner, extract(epoch FROM now() - prepared)::bigint::text
+		FROM pg_catalog.pg_prepared_xacts WHERE prepared <= now() - $1::bigint * interval '1 millisecond' ORDER BY prepared`,
+		[][]byte{[]byte(strconv.FormatInt(StuckPreparedAge.Milliseconds(), 10))}, []uint32{textOID}, nil, nil).Read()
+	if res.Err != nil {
+		return nil, fmt.Errorf("read the prepared transactions on %s: %w", server, res.Err)
+	}
+	if len(res.Rows) == 0 {
+		return nil, nil
+	}
+	var each []string
+	for _, row := range res.Rows {
+		gid, db, owner := string(row[0]), string(row[1]), string(row[2])
+		secs, _ := strconv.ParseInt(string(row[3]), 10, 64)
+		what := fmt.Sprintf("%s (database %s, owner %s, prepared %s ago", quoteLiteral(gid), pgx.Identifier{db}.Sanitize(), pgx.Identifier{owner}.Sanitize(), time.Duration(secs)*time.Second)
+		switch {
+		case strings.HasPrefix(gid, "shardmover_"):
+			what += ": the fence of a shardmover move whose mover stopped; `shardmover cleanup` or a running daemon settles it"
+		case strings.HasPrefix(gid, "citus_"):
+			what += ": Citus's own two-phase commit; Citus's maintenance daemon recovers it, or SELECT recover_prepared_transactions() on the coordinator"
+		}
+		each = append(each, what+")")
+	}
+	return fmt.Errorf("%w: %s on %s, and creating a slot waits for every transaction running there to end. End each with COMMIT PREPARED or ROLLBACK PREPARED and its gid, connected to its database as its owner or a superuser: %s",
+		ErrStuckPrepared, plural(len(res.Rows), "a prepared transaction is older than "+StuckPreparedAge.String(), "%d prepared transactions are older than "+StuckPreparedAge.String()),
+		server, strings.Join(each, "; ")), nil
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return fmt.Sprintf(many, n)
+}
+
+func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
+
+// watchPrepared looks, every second while ctx's work runs, for prepared
+// transactions on conn's server that have become older than
+// StuckPreparedAge, and then cancels the returned context; stop ends the
+// watch and returns the ErrStuckPrepared error that cancelled it (nil:
+// none did).
+func watchPrepared(ctx context.Context, conn *pgconn.PgConn, server string) (context.Context, func() error) {
+	cctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	var found error
+	go func() {
+		defer close(done)
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-cctx.Done():
+				return
+			case <-t.C:
+			}
+			if stuck, err := stuckPrepared(cctx, conn, server); err == nil && stuck != nil {
+				found = stuck
+				cancel()
+				return
+			}
+		}
+	}()
+	return cctx, func() error {
+		cancel()
+		<-done
+		return found
+	}
 }
 
 // DropSlot drops the replication slot if it exists. A walsender holding it

@@ -271,6 +271,11 @@ func (d *Daemon) Start(ctx context.Context) error {
 		defer bg.Done()
 		d.slotsLoop(ctx)
 	}()
+	bg.Add(1)
+	go func() {
+		defer bg.Done()
+		d.fenceLoop(ctx)
+	}()
 	d.log.Info("daemon started", zap.String("listen", d.Addr()), zap.String("holder", d.holder))
 	var lastWarn time.Time
 	for {
@@ -447,6 +452,32 @@ func (d *Daemon) jobs(ctx context.Context, term *metadata.Leadership, log *zap.L
 		}
 		if done {
 			adoptAll = false
+		}
+	}
+}
+
+// fenceEvery is how often every daemon, leader or standby, looks for
+// fences a dead mover left (mover.Engine.SettleOrphans): a fence prepared
+// without a decision keeps the source's shards locked (on compat even
+// reads wait), so it must not wait for the minute's sweep. Each look costs
+// a query on each active node and one on the coordinator.
+const fenceEvery = 2 * time.Second
+
+// fenceLoop settles, every fenceEvery, the fences prepared more than
+// mover.OrphanAge ago whose moves no mover holds, and re-establishes the
+// fence of a decided move found gone on a compat source. It runs in every
+// daemon and beside a rebalance: the moves' leases keep it off every fence
+// a live mover holds.
+func (d *Daemon) fenceLoop(ctx context.Context) {
+	eng := d.runner.Engine()
+	var lastWarn time.Time
+	for ctxtime.Sleep(ctx, fenceEvery) == nil {
+		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		err := eng.SettleOrphans(cctx, mover.OrphanAge)
+		cancel()
+		if err != nil && ctx.Err() == nil && time.Since(lastWarn) >= 30*time.Second {
+			lastWarn = time.Now()
+			d.log.Warn("settling the fences of dead movers failed; trying again every few seconds", zap.Error(err))
 		}
 	}
 }

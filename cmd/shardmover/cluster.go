@@ -131,14 +131,23 @@ func newStatusCmd(g *globals) *cobra.Command {
 				return err
 			}
 			defer cat.Close()
-			cl, err := cat.Snapshot(ctx, metadata.SnapshotOptions{})
+			// A fence a dead mover left prepared holds its shards locked
+			// (on compat even reads wait): settled first, as every command
+			// that touches the cluster does (docs/design.md 5.1).
+			settleOrphanedFences(ctx, g, cat)
+			// Each node's reads are bounded: a node whose shards are
+			// locked (a live mover's fence) answers within statusLockWait
+			// with an error, which the status then names.
+			scat := cat.WithNodeTimeouts(statusLockWait, statusStatementWait)
+			cl, err := scat.Snapshot(ctx, metadata.SnapshotOptions{})
 			if err != nil {
 				return err
 			}
-			st := cat.ClusterStatus(ctx, cl)
-			slots, warns := mover.RetainedWAL(ctx, cat, cl.Nodes)
+			st := scat.ClusterStatus(ctx, cl)
+			slots, warns := mover.RetainedWAL(ctx, scat, cl.Nodes)
 			st.Slots = slots
 			st.Warnings = append(append([]string{}, st.Warnings...), warns...)
+			st.NoteFences(scat.NodeFences(ctx, cl.Nodes, statusFenceRead))
 			if g.output == "json" {
 				return writeJSON(cmd.OutOrStdout(), st)
 			}
