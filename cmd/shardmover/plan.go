@@ -146,6 +146,12 @@ func planLive(cmd *cobra.Command, g *globals, opts scheduler.PlanOptions) (plann
 		return planner.Result{}, err
 	}
 	defer cat.Close()
+	// As status does: a fence a dead mover left prepared is settled first,
+	// and each node's reads are bounded, so that a node whose shards a
+	// live mover's fence holds is named unmeasured instead of hanging the
+	// plan.
+	settleOrphanedFences(ctx, g, cat)
+	cat = cat.WithNodeTimeouts(statusLockWait, statusStatementWait)
 	if isByLoad(opts.Strategy) {
 		fmt.Fprintf(cmd.ErrOrStderr(), "measuring load for %s (--load-window)...\n", opts.LoadWindow)
 	}
