@@ -89,12 +89,6 @@ func Start(ctx context.Context, o Options) (*Proc, error) {
 // Name is the entry node's name given in Options.
 func (p *Proc) Name() string { return p.name }
 
-// LogPrefix is the prefix of its per-transaction log files (ReadLogs).
-func (p *Proc) LogPrefix() string { return p.prefix }
-
-// Done is closed when the process has ended.
-func (p *Proc) Done() <-chan struct{} { return p.done }
-
 // Stop sends SIGALRM (the package doc says why that signal) and waits for
 // the process to end, at most bound; past it the process is killed and
 // Stop says so. A process that had already ended is left as it was.
