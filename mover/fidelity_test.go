@@ -332,3 +332,88 @@ func TestPreflightNamesWhatTheTargetLacks(t *testing.T) {
 	assert.Contains(t, err.Error(), "lacks the trigger function public.only_on_source()")
 	assert.Contains(t, err.Error(), "the role only_on_source")
 }
+
+// TestCitusMovedTenantKeepsItsForeignKey: a distributed schema's tables
+// (schema-based sharding: one shard group per schema) with a foreign key
+// between them. One tenant moved by shardmover, another by Citus's own
+// citus_move_shard_placement, onto the same worker: the moved shards'
+// definitions are the same (pg_dump, shard ids masked), and the foreign
+// key refuses and cascades in both. (A moved tenant lost its internal
+// foreign key.)
+func TestCitusMovedTenantKeepsItsForeignKey(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	sb, cat := sandboxtest.NewCitus(t, 2)
+	coord, err := pgx.Connect(ctx, sb.Coordinator().DSN())
+	require.NoError(t, err)
+	defer coord.Close(ctx)
+	var stmts []string
+	for _, tenant := range []string{"tenant_one", "tenant_two"} {
+		stmts = append(stmts,
+			`SET citus.enable_schema_based_sharding = on`,
+			`CREATE SCHEMA `+tenant,
+			`CREATE TABLE `+tenant+`.orders (id bigint PRIMARY KEY, note text)`,
+			`CREATE TABLE `+tenant+`.lines (order_id bigint REFERENCES `+tenant+`.orders (id) ON DELETE CASCADE, n int, PRIMARY KEY (order_id, n))`,
+			`RESET citus.enable_schema_based_sharding`,
+			`INSERT INTO `+tenant+`.orders SELECT g, 'o' FROM generate_series(1, 50) g`,
+			`INSERT INTO `+tenant+`.lines SELECT g, n FROM generate_series(1, 50) g, generate_series(1, 2) n`)
+	}
+	for _, stmt := range stmts {
+		_, err := coord.Exec(ctx, stmt)
+		require.NoError(t, err, stmt)
+	}
+	added, err := sb.AddNode(ctx)
+	require.NoError(t, err)
+	nodes, err := cat.Nodes(ctx)
+	require.NoError(t, err)
+	var target metadata.Node
+	for _, n := range nodes {
+		if n.Port == added.Port {
+			target = n
+		}
+	}
+	shardOf := func(table string) (int64, int32) {
+		var shard int64
+		var group int32
+		require.NoError(t, coord.QueryRow(ctx, `SELECT s.shardid, p.groupid FROM pg_dist_shard s JOIN pg_dist_placement p USING (shardid)
+			WHERE s.logicalrelid = $1::regclass`, table).Scan(&shard, &group))
+		return shard, group
+	}
+	ours, _ := shardOf("tenant_one.orders")
+	eng := mover.New(testConfig(t), cat)
+	specs, err := eng.Resolve(ctx, []mover.Request{{ShardID: ours, Target: target}})
+	require.NoError(t, err)
+	require.NoError(t, eng.Preflight(ctx, specs[0]))
+	_, moves, err := eng.Schedule(ctx, "move", specs)
+	require.NoError(t, err)
+	require.NoError(t, eng.Run(ctx, moves[0].ID))
+	theirs, theirGroup := shardOf("tenant_two.orders")
+	src := nodeOfGroupIn(t, nodes, theirGroup)
+	_, err = coord.Exec(ctx, "SELECT citus_move_shard_placement($1, $2, $3, $4, $5, shard_transfer_mode := 'force_logical')",
+		theirs, src.Host, src.Port, target.Host, target.Port)
+	require.NoError(t, err)
+
+	dump := func(tenant, table string) string {
+		shard, _ := shardOf(tenant + "." + table)
+		name := tenant + "." + table + "_" + itoa(shard)
+		cmd := exec.CommandContext(ctx, filepath.Join(sb.BinDir, "pg_dump"), "--schema-only", "--no-owner", "-t", name, added.DSN())
+		cmd.Env = append(os.Environ(), "PGOPTIONS=-c citus.show_shards_for_app_name_prefixes=* -c citus.enable_manual_changes_to_shards=on")
+		out, err := cmd.CombinedOutput()
+		require.NoError(t, err, "pg_dump %s: %s", name, out)
+		return strings.ReplaceAll(normalizeDump(string(out)), tenant, "<tenant>")
+	}
+	for _, table := range []string{"orders", "lines"} {
+		mine, theirs := dump("tenant_one", table), dump("tenant_two", table)
+		assert.Equal(t, theirs, mine, "%s: the tenant shardmover moved must be defined as the one Citus moved", table)
+	}
+	assert.Contains(t, dump("tenant_one", "lines"), "FOREIGN KEY", "the moved tenant keeps its foreign key")
+	for _, tenant := range []string{"tenant_one", "tenant_two"} {
+		_, err := coord.Exec(ctx, `INSERT INTO `+tenant+`.lines VALUES (999, 1)`)
+		assert.Error(t, err, "%s: a line without its order must be refused", tenant)
+		_, err = coord.Exec(ctx, `DELETE FROM `+tenant+`.orders WHERE id = 1`)
+		require.NoError(t, err)
+		var n int
+		require.NoError(t, coord.QueryRow(ctx, `SELECT count(*) FROM `+tenant+`.lines WHERE order_id = 1`).Scan(&n))
+		assert.Zero(t, n, "%s: deleting an order deletes its lines", tenant)
+	}
+}
