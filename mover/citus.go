@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/jackc/pgx/v5"
@@ -222,6 +223,7 @@ func (r *run) settleCitusParts(ctx context.Context, m metadata.Move, st metadata
 	}
 	// Every node at once: each part is settled on its own by the same rule.
 	errs := make([]error, len(nodes))
+	stale := make([]bool, len(nodes))
 	var wg sync.WaitGroup
 	for i, n := range nodes {
 		if n.GroupID == r.source.GroupID {
@@ -230,7 +232,8 @@ func (r *run) settleCitusParts(ctx context.Context, m metadata.Move, st metadata
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			err := r.settleCitusPart(ctx, m, st, n)
+			var err error
+			stale[i], err = r.settleCitusPart(ctx, m, st, n)
 			if errors.Is(err, metadata.ErrUnreachable) {
 				r.log.Warn("a metadata node is unreachable; its part of the cutover is settled when it is back", zap.String("node", n.Addr()), zap.Error(err))
 				return
@@ -241,30 +244,52 @@ func (r *run) settleCitusParts(ctx context.Context, m metadata.Move, st metadata
 		}()
 	}
 	wg.Wait()
+	if slices.Contains(stale, true) {
+		r.carryOverDue = true
+	}
 	return errors.Join(errs...)
 }
 
-func (r *run) settleCitusPart(ctx context.Context, m metadata.Move, st metadata.Settlement, n metadata.Node) (err error) {
+// settleCitusPart settles move m's part on metadata node n; after a
+// committed decision it also points n's placements of the group at the
+// target when they still name the source (someone rolled its part back).
+// Then writes entering on n may have gone to the old shards, which keep
+// their names on Citus: the carry-over is recorded as due (stale) before
+// the placements change, so cleanup brings those writes to the target.
+func (r *run) settleCitusPart(ctx context.Context, m metadata.Move, st metadata.Settlement, n metadata.Node) (stale bool, err error) {
 	conn, err := r.e.session(ctx, n)
 	if err != nil {
-		return err
+		return false, err
 	}
 	defer r.e.release(n, conn, &err)
 	if _, err := settleFences(ctx, conn, m.ID, st); err != nil {
-		return err
+		return false, err
 	}
 	if !st.Committed {
-		return nil
+		return false, nil
+	}
+	placed, err := metadata.NodePlacements(ctx, conn)
+	if err != nil {
+		return false, err
+	}
+	for _, id := range m.ShardIDs {
+		if g, ok := placed[id]; ok && g == m.SourceGroup {
+			stale = true
+		}
+	}
+	if !stale {
+		return false, nil
+	}
+	if err := r.e.cat.SetCarryOverDue(ctx, r.lease, m.ID, true); err != nil {
+		return false, err
 	}
 	changed, err := metadata.SyncPlacements(ctx, conn, m.ShardIDs, m.SourceGroup, m.TargetGroup)
 	if err != nil {
-		return err
+		return true, err
 	}
-	if changed > 0 {
-		r.log.Error("a metadata node still placed the moved shards on the source after the decision; pointed them at the target",
-			zap.String("node", n.Addr()), zap.Int("shards", changed))
-	}
-	return nil
+	r.log.Error("a metadata node still placed the moved shards on the source after the decision; pointed them at the target, and what the old shards took meanwhile is carried over",
+		zap.String("node", n.Addr()), zap.Int("shards", changed))
+	return true, nil
 }
 
 // syncSourcePlacements does for the source what settleCitusPart does for

@@ -179,3 +179,61 @@ func TestSweepSparesAMoveStartedMeanwhile(t *testing.T) {
 	require.NoError(t, mover.New(testConfig(t), c.cat).Run(ctx, m.ID))
 	assertDone(t, c, m.ID)
 }
+
+// TestCitusPartRolledBackCarriesItsWrites: after a committed decision a
+// bystander metadata node's part (its flip of the placements, prepared)
+// is rolled back by someone before the mover commits it. Writes entering
+// on that node are then routed to the old shard on the source, which on
+// Citus keeps its name. The next settlement must point that node's
+// placements at the target and carry what the old shard took over to the
+// target. (It re-pointed the placements and recorded nothing: the write,
+// acknowledged, was lost.)
+func TestCitusPartRolledBackCarriesItsWrites(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	c := newCitusCluster(t, 4, 50, 200)
+	target := c.newNode(t)
+	g := citusGroup(t, c, workload.EventsTable, 0)
+	users, _ := groupUsers(t, c, g, 1)
+	nodes, err := c.cat.Nodes(ctx)
+	require.NoError(t, err)
+	var bystander metadata.Node
+	for _, n := range metadata.MetadataNodes(nodes) {
+		if n.GroupID != g.GroupID && n.GroupID != target.GroupID && !n.IsCoordinator() {
+			bystander = n
+		}
+	}
+	require.NotZero(t, bystander.Port, "a metadata worker that is neither source nor target")
+
+	cfg := testConfig(t)
+	cfg.CutoverStep = func(_ int64, step string) error {
+		if step == string(mover.CutoverDecided) {
+			return errors.New("kill")
+		}
+		return nil
+	}
+	m := scheduleMove(t, mover.New(cfg, c.cat), g.ShardIDs[0], target)
+	require.ErrorIs(t, mover.New(cfg, c.cat).Run(ctx, m.ID), mover.ErrKilled)
+
+	// Someone rolls the bystander's part back; a write enters there.
+	by := connectApp(t, serverOf(t, c, bystander), "test_bystander", false)
+	var gid string
+	require.NoError(t, by.QueryRow(ctx, `SELECT gid FROM pg_prepared_xacts WHERE gid LIKE 'shardmover\_%'`).Scan(&gid))
+	_, err = by.Exec(ctx, "ROLLBACK PREPARED '"+gid+"'")
+	require.NoError(t, err)
+	_, err = by.Exec(ctx, `INSERT INTO github_events (event_id, event_type, event_public, user_id, created_at, payload)
+		VALUES ($1, 'PushEvent', true, $1, now(), '{"rev": 7}')`, users[0])
+	require.NoError(t, err, "the write entering on the bystander is acknowledged")
+
+	eng := mover.New(testConfig(t), c.cat)
+	require.NoError(t, eng.Recover(ctx))
+	require.NoError(t, eng.Run(ctx, m.ID))
+	assertDone(t, c, m.ID)
+	var rev int64
+	require.NoError(t, c.cat.Pool().QueryRow(ctx, "SELECT (payload->>'rev')::bigint FROM github_events WHERE user_id = $1 AND event_id = $1", users[0]).Scan(&rev),
+		"the write acknowledged through the bystander must be on the placement Citus reads")
+	assert.EqualValues(t, 7, rev)
+	var placed int32
+	require.NoError(t, by.QueryRow(ctx, "SELECT groupid FROM pg_dist_placement WHERE shardid = $1", g.ShardIDs[0]).Scan(&placed))
+	assert.Equal(t, target.GroupID, placed, "the bystander routes to the target again")
+}
