@@ -571,7 +571,7 @@ func (r *run) compareDefinitions(ctx context.Context, m metadata.Move, tx, dtx p
 		r.validate = append(r.validate, want[i].ValidateStatements(t)...)
 		for _, stmt := range stmts {
 			if _, err := pgsql.ExecOne(ctx, dtx.Conn(), stmt); err != nil {
-				return fmt.Errorf("finish identity columns and privileges of %s on the target: %w", t.Sanitize(), err)
+				return fmt.Errorf("finish the identity columns, privileges, trigger states, row-level security and foreign keys of %s on the target: %w", t.Sanitize(), err)
 			}
 		}
 	}
