@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/shardmover/shardmover/internal/sandbox"
 	"github.com/shardmover/shardmover/internal/sandbox/sandboxtest"
 	"github.com/shardmover/shardmover/metadata"
 	"github.com/shardmover/shardmover/mover"
@@ -65,25 +66,8 @@ var fidelitySchema = []string{
 func TestCitusMovedShardIsTheSameTable(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	sb, cat := sandboxtest.NewCitus(t, 2)
-	coord, err := pgx.Connect(ctx, sb.Coordinator().DSN())
-	require.NoError(t, err)
-	defer coord.Close(ctx)
-	for _, stmt := range fidelitySchema {
-		_, err := coord.Exec(ctx, stmt)
-		require.NoError(t, err, stmt)
-	}
-	added, err := sb.AddNode(ctx)
-	require.NoError(t, err)
-	nodes, err := cat.Nodes(ctx)
-	require.NoError(t, err)
-	var target metadata.Node
-	for _, n := range nodes {
-		if n.Port == added.Port {
-			target = n
-		}
-	}
-	require.NotZero(t, target.Port)
+	o := newOracle(t, ctx, fidelitySchema)
+	coord, added, target, nodes := o.coord, o.added, o.target, o.nodes
 
 	// Two groups on the same worker: ours moves the first, Citus the second.
 	type group struct {
@@ -113,26 +97,13 @@ func TestCitusMovedShardIsTheSameTable(t *testing.T) {
 	}
 	source := nodeOfGroupIn(t, nodes, groupIDs[0])
 
-	eng := mover.New(testConfig(t), cat)
-	specs, err := eng.Resolve(ctx, []mover.Request{{ShardID: ours.users, Target: target}})
-	require.NoError(t, err)
-	require.NoError(t, eng.Preflight(ctx, specs[0]))
-	_, moves, err := eng.Schedule(ctx, "move", specs)
-	require.NoError(t, err)
-	require.NoError(t, eng.Run(ctx, moves[0].ID))
+	o.moveWithShardmover(t, ctx, ours.users)
 	_, err = coord.Exec(ctx, "SELECT citus_move_shard_placement($1, $2, $3, $4, $5, shard_transfer_mode := 'force_logical')",
 		citus.users, source.Host, source.Port, target.Host, target.Port)
 	require.NoError(t, err)
 
 	// The definitions, as pg_dump prints them on the target.
-	dump := func(shard int64, table string) string {
-		name := table + "_" + itoa(shard)
-		cmd := exec.CommandContext(ctx, filepath.Join(sb.BinDir, "pg_dump"), "--schema-only", "--no-owner", "-t", "public."+name, added.DSN())
-		cmd.Env = append(os.Environ(), "PGOPTIONS=-c citus.show_shards_for_app_name_prefixes=* -c citus.enable_manual_changes_to_shards=on")
-		out, err := cmd.CombinedOutput()
-		require.NoError(t, err, "pg_dump %s: %s", name, out)
-		return normalizeDump(string(out))
-	}
+	dump := func(shard int64, table string) string { return o.dump(t, ctx, "public."+table+"_"+itoa(shard)) }
 	for _, table := range []string{"users", "events"} {
 		shardOf := map[string][2]int64{"users": {ours.users, citus.users}, "events": {ours.events, citus.events}}[table]
 		mine, theirs := dump(shardOf[0], table), dump(shardOf[1], table)
@@ -200,6 +171,67 @@ func TestCitusMovedShardIsTheSameTable(t *testing.T) {
 		_, err := coord.Exec(ctx, stmt)
 		assert.NoError(t, err, stmt)
 	}
+}
+
+// oracle is a Citus sandbox with a schema and a third worker added, the
+// target of the moves the oracle tests compare.
+type oracle struct {
+	sb     *sandbox.Cluster
+	cat    *metadata.Catalog
+	coord  *pgx.Conn
+	added  sandbox.Node
+	target metadata.Node
+	nodes  []metadata.Node
+}
+
+// newOracle starts it: stmts run on the coordinator, then the worker is
+// added.
+func newOracle(t *testing.T, ctx context.Context, stmts []string) *oracle {
+	t.Helper()
+	o := &oracle{}
+	o.sb, o.cat = sandboxtest.NewCitus(t, 2)
+	var err error
+	o.coord, err = pgx.Connect(ctx, o.sb.Coordinator().DSN())
+	require.NoError(t, err)
+	t.Cleanup(func() { o.coord.Close(context.Background()) })
+	for _, stmt := range stmts {
+		_, err := o.coord.Exec(ctx, stmt)
+		require.NoError(t, err, stmt)
+	}
+	o.added, err = o.sb.AddNode(ctx)
+	require.NoError(t, err)
+	o.nodes, err = o.cat.Nodes(ctx)
+	require.NoError(t, err)
+	for _, n := range o.nodes {
+		if n.Port == o.added.Port {
+			o.target = n
+		}
+	}
+	require.NotZero(t, o.target.Port)
+	return o
+}
+
+// moveWithShardmover moves the group of shard to the added worker.
+func (o *oracle) moveWithShardmover(t *testing.T, ctx context.Context, shard int64) {
+	t.Helper()
+	eng := mover.New(testConfig(t), o.cat)
+	specs, err := eng.Resolve(ctx, []mover.Request{{ShardID: shard, Target: o.target}})
+	require.NoError(t, err)
+	require.NoError(t, eng.Preflight(ctx, specs[0]))
+	_, moves, err := eng.Schedule(ctx, "move", specs)
+	require.NoError(t, err)
+	require.NoError(t, eng.Run(ctx, moves[0].ID))
+}
+
+// dump is pg_dump --schema-only of the shard table name (schema.table)
+// on the added worker, normalized (normalizeDump).
+func (o *oracle) dump(t *testing.T, ctx context.Context, name string) string {
+	t.Helper()
+	cmd := exec.CommandContext(ctx, filepath.Join(o.sb.BinDir, "pg_dump"), "--schema-only", "--no-owner", "-t", name, o.added.DSN())
+	cmd.Env = append(os.Environ(), "PGOPTIONS=-c citus.show_shards_for_app_name_prefixes=* -c citus.enable_manual_changes_to_shards=on")
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "pg_dump %s: %s", name, out)
+	return normalizeDump(string(out))
 }
 
 var (
@@ -343,10 +375,6 @@ func TestPreflightNamesWhatTheTargetLacks(t *testing.T) {
 func TestCitusMovedTenantKeepsItsForeignKey(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	sb, cat := sandboxtest.NewCitus(t, 2)
-	coord, err := pgx.Connect(ctx, sb.Coordinator().DSN())
-	require.NoError(t, err)
-	defer coord.Close(ctx)
 	var stmts []string
 	for _, tenant := range []string{"tenant_one", "tenant_two"} {
 		stmts = append(stmts,
@@ -358,20 +386,8 @@ func TestCitusMovedTenantKeepsItsForeignKey(t *testing.T) {
 			`INSERT INTO `+tenant+`.orders SELECT g, 'o' FROM generate_series(1, 50) g`,
 			`INSERT INTO `+tenant+`.lines SELECT g, n FROM generate_series(1, 50) g, generate_series(1, 2) n`)
 	}
-	for _, stmt := range stmts {
-		_, err := coord.Exec(ctx, stmt)
-		require.NoError(t, err, stmt)
-	}
-	added, err := sb.AddNode(ctx)
-	require.NoError(t, err)
-	nodes, err := cat.Nodes(ctx)
-	require.NoError(t, err)
-	var target metadata.Node
-	for _, n := range nodes {
-		if n.Port == added.Port {
-			target = n
-		}
-	}
+	o := newOracle(t, ctx, stmts)
+	coord, target, nodes := o.coord, o.target, o.nodes
 	shardOf := func(table string) (int64, int32) {
 		var shard int64
 		var group int32
@@ -380,27 +396,16 @@ func TestCitusMovedTenantKeepsItsForeignKey(t *testing.T) {
 		return shard, group
 	}
 	ours, _ := shardOf("tenant_one.orders")
-	eng := mover.New(testConfig(t), cat)
-	specs, err := eng.Resolve(ctx, []mover.Request{{ShardID: ours, Target: target}})
-	require.NoError(t, err)
-	require.NoError(t, eng.Preflight(ctx, specs[0]))
-	_, moves, err := eng.Schedule(ctx, "move", specs)
-	require.NoError(t, err)
-	require.NoError(t, eng.Run(ctx, moves[0].ID))
+	o.moveWithShardmover(t, ctx, ours)
 	theirs, theirGroup := shardOf("tenant_two.orders")
 	src := nodeOfGroupIn(t, nodes, theirGroup)
-	_, err = coord.Exec(ctx, "SELECT citus_move_shard_placement($1, $2, $3, $4, $5, shard_transfer_mode := 'force_logical')",
+	_, err := coord.Exec(ctx, "SELECT citus_move_shard_placement($1, $2, $3, $4, $5, shard_transfer_mode := 'force_logical')",
 		theirs, src.Host, src.Port, target.Host, target.Port)
 	require.NoError(t, err)
 
 	dump := func(tenant, table string) string {
 		shard, _ := shardOf(tenant + "." + table)
-		name := tenant + "." + table + "_" + itoa(shard)
-		cmd := exec.CommandContext(ctx, filepath.Join(sb.BinDir, "pg_dump"), "--schema-only", "--no-owner", "-t", name, added.DSN())
-		cmd.Env = append(os.Environ(), "PGOPTIONS=-c citus.show_shards_for_app_name_prefixes=* -c citus.enable_manual_changes_to_shards=on")
-		out, err := cmd.CombinedOutput()
-		require.NoError(t, err, "pg_dump %s: %s", name, out)
-		return strings.ReplaceAll(normalizeDump(string(out)), tenant, "<tenant>")
+		return strings.ReplaceAll(o.dump(t, ctx, tenant+"."+table+"_"+itoa(shard)), tenant, "<tenant>")
 	}
 	for _, table := range []string{"orders", "lines"} {
 		mine, theirs := dump("tenant_one", table), dump("tenant_two", table)
