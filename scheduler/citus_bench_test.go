@@ -59,6 +59,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/shardmover/shardmover/internal/cpumeter"
+	"github.com/shardmover/shardmover/internal/sandbox"
 	"github.com/shardmover/shardmover/internal/workload"
 	"github.com/shardmover/shardmover/metadata"
 	"github.com/shardmover/shardmover/mover"
@@ -312,6 +313,15 @@ func newBenchCluster(b *testing.B, load workload.LoadOptions) *benchCluster {
 	_, err = cat.Pool().Exec(ctx, "VACUUM ANALYZE github_users, github_events")
 	require.NoError(b, err)
 	env := &benchCluster{cat: cat, r: r, clock: &phaseClock{last: map[int64]time.Time{}, total: map[string]time.Duration{}}}
+	env.cpu = clusterMeter(b, ctx, sb, cat)
+	env.runner = benchRunner(b, cat, env.clock)
+	return env
+}
+
+// clusterMeter measures the CPU of every PostgreSQL server of the sandbox
+// (each node's postmaster and its children) and of this process.
+func clusterMeter(b *testing.B, ctx context.Context, sb *sandbox.Cluster, cat *metadata.Catalog) cpumeter.Meter {
+	b.Helper()
 	var postmasters []int
 	for _, n := range sb.Nodes {
 		conn, err := cat.ConnectNode(ctx, n.Host, n.Port)
@@ -323,13 +333,17 @@ func newBenchCluster(b *testing.B, load workload.LoadOptions) *benchCluster {
 		require.True(b, ok, "read /proc/%d/stat", pid)
 		postmasters = append(postmasters, pm)
 	}
-	env.cpu = cpumeter.New(postmasters...)
+	return cpumeter.New(postmasters...)
+}
+
+// benchRunner is shardmover's runner at its defaults, its phases and
+// cutover pauses timed by clock, its log as benchLogger says.
+func benchRunner(b *testing.B, cat *metadata.Catalog, clock *phaseClock) *scheduler.Runner {
 	cfg := mover.DefaultConfig()
 	cfg.Logger = benchLogger(b)
-	cfg.AfterPhase = env.clock.after
-	cfg.OnCutover = env.clock.cutover
-	env.runner = scheduler.NewRunner(cat, cfg, nil)
-	return env
+	cfg.AfterPhase = clock.after
+	cfg.OnCutover = clock.cutover
+	return scheduler.NewRunner(cat, cfg, nil)
 }
 
 // phaseClock adds up, over a job's moves, the time each spent in each phase

@@ -247,23 +247,8 @@ func newPgbenchCluster(b *testing.B, scale int) *pgbenchCluster {
 	// The journal shardmover installs on its first run, installed now so
 	// that it is not timed.
 	require.NoError(b, cat.InstallJournal(ctx))
-	var postmasters []int
-	for _, n := range sb.Nodes {
-		conn, err := cat.ConnectNode(ctx, n.Host, n.Port)
-		require.NoError(b, err)
-		var pid int
-		require.NoError(b, conn.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid))
-		_ = conn.Close(ctx)
-		pm, ok := cpumeter.PostmasterOf(pid)
-		require.True(b, ok, "read /proc/%d/stat", pid)
-		postmasters = append(postmasters, pm)
-	}
-	env.cpu = cpumeter.New(postmasters...)
-	cfg := mover.DefaultConfig()
-	cfg.Logger = benchLogger(b)
-	cfg.AfterPhase = env.clock.after
-	cfg.OnCutover = env.clock.cutover
-	env.runner = scheduler.NewRunner(cat, cfg, nil)
+	env.cpu = clusterMeter(b, ctx, sb, cat)
+	env.runner = benchRunner(b, cat, env.clock)
 	return env
 }
 
