@@ -65,6 +65,10 @@ catalogs only. Exit 0 when everything matches, 1 when not, 2 on bad input.`,
 				return err
 			}
 			defer cat.Close()
+			// A fence a dead mover left prepared holds its shards (on
+			// compat even against reads): settled first, as status and
+			// plan do, so that the reads below do not wait on it.
+			settleOrphanedFences(ctx, g, cat)
 			rep, err := verify.Run(ctx, cat, opts)
 			if err != nil {
 				return err
