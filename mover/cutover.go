@@ -381,7 +381,7 @@ func (r *run) tryCutover(ctx context.Context, m metadata.Move, c cutoverConns) e
 		renames = append(renames, "ALTER TABLE "+t.Sanitize()+" RENAME TO "+pgx.Identifier{moved}.Sanitize())
 		old = append(old, metadata.QualifiedName(pgx.Identifier{t[0], moved}))
 	}
-	if i, err := execEach(beforePrepare, tx.Conn(), renames); err != nil {
+	if i, err := pgsql.ExecEach(beforePrepare, tx.Conn(), renames); err != nil {
 		return pauseErr(ctx, beforePrepare, pauseStart, "fence "+tables[max(i-1, 0)].Sanitize(), err)
 	}
 	if time.Since(pauseStart) > budget {
@@ -481,14 +481,6 @@ func (r *run) tryCutover(ctx context.Context, m metadata.Move, c cutoverConns) e
 // fenceLockWait bounds how long the compat fence's rename waits for the
 // reads of the old shard in flight, with every later read queued behind it.
 const fenceLockWait = 100 * time.Millisecond
-
-// execEach is pgsql.ExecEach, with nothing sent for no statements.
-func execEach(ctx context.Context, conn *pgx.Conn, sqls []string) (int, error) {
-	if len(sqls) == 0 {
-		return -1, nil
-	}
-	return pgsql.ExecEach(ctx, conn, sqls)
-}
 
 // sourceLockMode is the lock the cutover takes on the source's shard
 // tables: EXCLUSIVE on compat (writes wait, reads go on), ACCESS SHARE on

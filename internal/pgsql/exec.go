@@ -28,8 +28,11 @@ func ExecOne(ctx context.Context, c Conn, sql string) (pgconn.CommandTag, error)
 // in order; the server skips the rest after the first that fails. It
 // returns the index of the failed statement with its error (-1 and nil
 // when all ran). Inside a transaction the failure aborts it; outside one,
-// the statements before it have run.
+// the statements before it have run. With no statements nothing is sent.
 func ExecEach(ctx context.Context, c Conn, sqls []string) (int, error) {
+	if len(sqls) == 0 {
+		return -1, nil // nothing to send
+	}
 	b := &pgconn.Batch{}
 	for _, sql := range sqls {
 		b.ExecParams(sql, nil, nil, nil, nil)
