@@ -231,6 +231,19 @@ func NodePlacements(ctx context.Context, conn *pgx.Conn) (map[int64]int32, error
 	return out, err
 }
 
+// PlacedOnNode reports whether the Citus metadata of the node conn is on
+// still places any of shards on group: after a move's committed decision,
+// that the node's part of the flip was rolled back. It reads only those
+// shards' rows (a settlement runs it before every cutover attempt).
+func PlacedOnNode(ctx context.Context, conn *pgx.Conn, shards []int64, group int32) (bool, error) {
+	var placed bool
+	err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_dist_placement WHERE shardid = ANY($1) AND groupid = $2)`, shards, group).Scan(&placed)
+	if err != nil {
+		return false, fmt.Errorf("read the node's placements of shards %v: %w", shards, err)
+	}
+	return placed, nil
+}
+
 // CitusBusy says what Citus itself is doing that a move must not race: a
 // rebalance job scheduled or running, or a shard move, copy or rebalance
 // of some colocation group holding one of Citus's move locks. It returns

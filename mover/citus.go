@@ -268,17 +268,8 @@ func (r *run) settleCitusPart(ctx context.Context, m metadata.Move, st metadata.
 	if !st.Committed {
 		return false, nil
 	}
-	placed, err := metadata.NodePlacements(ctx, conn)
-	if err != nil {
+	if stale, err = metadata.PlacedOnNode(ctx, conn, m.ShardIDs, m.SourceGroup); err != nil || !stale {
 		return false, err
-	}
-	for _, id := range m.ShardIDs {
-		if g, ok := placed[id]; ok && g == m.SourceGroup {
-			stale = true
-		}
-	}
-	if !stale {
-		return false, nil
 	}
 	if err := r.e.cat.SetCarryOverDue(ctx, r.lease, m.ID, true); err != nil {
 		return false, err

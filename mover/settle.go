@@ -447,14 +447,5 @@ func (r *run) sourcePlacesOnItself(ctx context.Context, m metadata.Move, src *pg
 	if !r.sourceHasMetadata(ctx) {
 		return false, nil
 	}
-	placed, err := metadata.NodePlacements(ctx, src)
-	if err != nil {
-		return false, err
-	}
-	for _, id := range m.ShardIDs {
-		if g, ok := placed[id]; ok && g == m.SourceGroup {
-			return true, nil
-		}
-	}
-	return false, nil
+	return metadata.PlacedOnNode(ctx, src, m.ShardIDs, m.SourceGroup)
 }
